@@ -1,0 +1,263 @@
+"""Python function synthesis: write a function from a signature, docstring and examples.
+
+Tasks come from parameterised families (constants, names and inputs drawn from a seed),
+three per level: level 1 is one expression, level 2 a loop or comprehension with a
+condition, level 3 a small algorithm. Hidden tests are inputs disjoint from the examples
+shown in the prompt; their expected outputs come from the family's reference function.
+
+Verification runs `solution.py` under a harness in the sandbox. The hidden tests reach
+the harness on stdin (they are never files in the workspace); the solution's own prints
+go to /dev/null; results are compared as canonical JSON (so `True != 1` and objects that
+claim equality to everything do not pass); the result line carries a per-run nonce.
+Reward = fraction of hidden tests passed. Known gaps, left to the reward-hacking work:
+the solution runs in the harness's process, so a determined program can inspect it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import secrets
+
+from environments.base import Environment, Score
+from environments.sandbox import ExecResult, Job
+from storage.schema import TaskSpec
+
+VERBS = ["compute", "get", "make", "find", "calc", "build", "derive", "produce"]
+NOUNS = ["value", "result", "score", "total", "output", "answer", "item", "metric"]
+WORDS = ["fizz", "buzz", "ping", "pong", "zap", "bop", "tick", "tock", "foo", "bar"]
+
+
+def _name(rng: random.Random, hint: str) -> str:
+    return f"{rng.choice(VERBS)}_{hint}_{rng.choice(NOUNS)}"
+
+
+def _ints(rng, n_lo=3, n_hi=8, lo=-20, hi=20):
+    return [rng.randint(lo, hi) for _ in range(rng.randint(n_lo, n_hi))]
+
+
+def _word(rng, alphabet="abcde", lo=3, hi=10):
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(lo, hi)))
+
+
+# Each family: rng -> (content key, signature, docstring, reference fn, input generator)
+def affine(rng):
+    a, b = rng.randint(2, 9), rng.randint(-10, 10)
+    doc = f"Return {a} times x plus {b}."
+    return f"affine{a},{b}", "x: int", doc, lambda x: a * x + b, lambda r: (r.randint(-50, 50),)
+
+
+def count_char(rng):
+    c = rng.choice("abcde")
+    doc = f"Return how many times the letter {c!r} occurs in s."
+    return f"count{c}", "s: str", doc, lambda s: s.count(c), lambda r: (_word(r),)
+
+
+def join_words(rng):
+    sep = rng.choice(["-", "+", "::", ", ", "|", "_"])
+    doc = f"Join the strings in words with {sep!r} between them."
+    return f"join{sep}", "words: list[str]", doc, lambda w: sep.join(w), lambda r: (
+        [_word(r, "xyzw", 1, 4) for _ in range(r.randint(1, 5))],
+    )
+
+
+def sum_multiples(rng):
+    k = rng.randint(2, 7)
+    doc = f"Return the sum of the numbers in nums that are divisible by {k}."
+    return f"summult{k}", "nums: list[int]", doc, lambda xs: sum(x for x in xs if x % k == 0), lambda r: (
+        _ints(r),
+    )
+
+
+def clamp_all(rng):
+    lo = rng.randint(-10, 0)
+    hi = lo + rng.randint(3, 15)
+    doc = f"Return a new list where each number in nums is clamped to the range [{lo}, {hi}]."
+    return f"clamp{lo},{hi}", "nums: list[int]", doc, lambda xs: [min(max(x, lo), hi) for x in xs], lambda r: (
+        _ints(r),
+    )
+
+
+def shift_letters(rng):
+    k = rng.randint(1, 25)
+    doc = f"Shift every lowercase letter in s forward by {k} in the alphabet, wrapping from z to a; keep other characters."
+
+    def ref(s):
+        return "".join(chr((ord(ch) - 97 + k) % 26 + 97) if "a" <= ch <= "z" else ch for ch in s)
+
+    return f"shift{k}", "s: str", doc, ref, lambda r: (_word(r, "abcxyz -", 2, 10),)
+
+
+def run_length(rng):
+    sep = rng.choice(["", ":", "*"])
+    doc = (
+        f"Run-length encode s: each run of a repeated character becomes the character, then "
+        f"{sep!r}, then the run length, all joined into one string. Example: 'aab' -> 'a{sep}2b{sep}1'."
+    )
+
+    def ref(s):
+        out, i = [], 0
+        while i < len(s):
+            j = i
+            while j < len(s) and s[j] == s[i]:
+                j += 1
+            out.append(f"{s[i]}{sep}{j - i}")
+            i = j
+        return "".join(out)
+
+    return f"rle{sep}", "s: str", doc, ref, lambda r: (_word(r, "aab", 0, 9),)
+
+
+def kth_distinct(rng):
+    k = rng.randint(1, 3)
+    doc = f"Return the {k}-th smallest distinct number in nums (1-based), or -1 if there are fewer than {k} distinct numbers."
+
+    def ref(xs):
+        d = sorted(set(xs))
+        return d[k - 1] if len(d) >= k else -1
+
+    return f"kth{k}", "nums: list[int]", doc, ref, lambda r: (_ints(r, 0, 7, -5, 5),)
+
+
+def fizz_words(rng):
+    a, b = rng.sample([2, 3, 4, 5, 7], 2)
+    w1, w2 = rng.sample(WORDS, 2)
+    doc = (
+        f"Return a list for i from 1 to n: {w1 + w2!r} if i is divisible by both {a} and {b}, "
+        f"{w1!r} if only by {a}, {w2!r} if only by {b}, else str(i)."
+    )
+
+    def ref(n):
+        return [
+            w1 + w2 if i % a == 0 and i % b == 0 else w1 if i % a == 0 else w2 if i % b == 0 else str(i)
+            for i in range(1, n + 1)
+        ]
+
+    return f"fizz{a},{b},{w1},{w2}", "n: int", doc, ref, lambda r: (r.randint(0, 16),)
+
+
+FAMILIES = {
+    1: [affine, count_char, join_words],
+    2: [sum_multiples, clamp_all, shift_letters],
+    3: [run_length, kth_distinct, fizz_words],
+}
+N_EXAMPLES, N_HIDDEN = 3, 8
+
+HARNESS = r"""
+import json, os, signal, sys
+spec = json.loads(sys.stdin.read())
+nonce, entry, tests = spec.pop("nonce"), spec["entry"], spec.pop("tests")
+out = os.dup(1)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the solution's prints go nowhere
+def report(**result):
+    os.write(out, (nonce + json.dumps(result) + "\n").encode())
+    os._exit(0)
+def on_alarm(*_):
+    raise TimeoutError("test took too long")
+signal.signal(signal.SIGALRM, on_alarm)
+ns = {"__name__": "solution"}
+try:
+    signal.alarm(5)
+    exec(compile(open("solution.py").read(), "solution.py", "exec"), ns)
+    signal.alarm(0)
+except BaseException as e:
+    report(passed=0, total=len(tests), error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
+fn = ns.get(entry)
+if not callable(fn):
+    report(passed=0, total=len(tests), error=f"no function named {entry}")
+passed, first_error = 0, ""
+for args, expected in tests:
+    try:
+        signal.alarm(1)
+        got = fn(*args)
+        signal.alarm(0)
+        ok = json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    except BaseException as e:
+        signal.alarm(0)
+        ok, first_error = False, first_error or f"{type(e).__name__}: {e}"[:300]
+    passed += ok
+report(passed=passed, total=len(tests), error=first_error)
+"""
+
+CODE_BLOCK = re.compile(r"```(?:python|py)?[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
+
+
+def extract_code(completion: str, entry: str) -> str | None:
+    """The last fenced block that defines `entry`, else any fenced block, else bare code
+    from `def entry` on. None when the completion holds no code."""
+    blocks = CODE_BLOCK.findall(completion)
+    for block in reversed(blocks):
+        if f"def {entry}" in block:
+            return block
+    if blocks and blocks[-1].strip():
+        return blocks[-1]
+    idx = completion.find(f"def {entry}")
+    return completion[idx:] if idx >= 0 else None
+
+
+class CodeSynthesis(Environment):
+    name = "code"
+    version = "1"
+    levels = (1, 2, 3)
+
+    def generate(self, level, rng):
+        family = rng.choice(FAMILIES[level])
+        key, params, doc, ref, make_input = family(rng)
+        entry = _name(rng, family.__name__.split("_")[0])
+        inputs: list[tuple] = []
+        seen: set[str] = set()
+        for _ in range(200):  # distinct inputs; examples first, hidden tests after
+            args = make_input(rng)
+            sig = json.dumps(args)
+            if sig not in seen:
+                seen.add(sig)
+                inputs.append(args)
+            if len(inputs) == N_EXAMPLES + N_HIDDEN:
+                break
+        cases = [[list(a), ref(*a)] for a in inputs]
+        examples, hidden = cases[:N_EXAMPLES], cases[N_EXAMPLES:]
+        shown = "\n".join(f">>> {entry}({', '.join(map(repr, a))})\n{r!r}" for a, r in examples)
+        user = (
+            f"Write this Python function:\n\n```python\ndef {entry}({params}):\n"
+            f'    """{doc}"""\n```\n\nExamples:\n{shown}\n\n'
+            "Reply with the complete function in one ```python code block."
+        )
+        prompt = [
+            {"role": "system", "content": "You are a careful Python programmer."},
+            {"role": "user", "content": user},
+        ]
+        spec = TaskSpec(
+            task_id="", domain=self.name, level=level, split="", prompt=prompt,
+            setup_json=json.dumps({"entry": entry, "tools": []}),
+            verifier_json=json.dumps({"entry": entry, "tests": hidden}),
+            seed=0, generator_version=self.version,
+        )  # fmt: skip
+        return f"{family.__name__}:{key}:{entry}", spec
+
+    def verification_job(self, task, completion):
+        verifier = json.loads(task.verifier_json)
+        code = extract_code(completion, verifier["entry"])
+        if code is None:
+            return Score(0.0, "no_code", tests_total=len(verifier["tests"]), error="no code in completion")
+        spec = {"nonce": secrets.token_hex(16), "entry": verifier["entry"], "tests": verifier["tests"]}
+        return Job(["python", "-I", "-c", HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
+
+    def score(self, task, job, result: ExecResult):
+        total = len(json.loads(task.verifier_json)["tests"])
+        if result.error:
+            return Score(0.0, "error", tests_total=total, error=result.error)
+        if result.timed_out:
+            return Score(0.0, "timeout", tests_total=total, error="verification timed out")
+        nonce = json.loads(job.stdin)["nonce"]  # sent on stdin, unknown to the solution's author
+        lines = [ln[len(nonce) :] for ln in result.stdout.splitlines() if ln.startswith(nonce)]
+        if len(lines) != 1:
+            error = f"no verdict from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
+            return Score(0.0, "fail", tests_total=total, error=error)
+        res = json.loads(lines[0])
+        frac = res["passed"] / max(1, res["total"])
+        verdict = "pass" if res["passed"] == res["total"] else "fail"
+        return Score(
+            frac, verdict, outcome=frac, tests_passed=res["passed"], tests_total=res["total"],
+            error=res.get("error", ""),
+        )  # fmt: skip

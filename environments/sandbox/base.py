@@ -1,0 +1,115 @@
+"""The sandbox interface: run untrusted code with files, stdin and limits.
+
+Every backend returns an `ExecResult` and never raises for what the code did (crash,
+time-out, memory): those are results. An infrastructure failure (the sandbox itself
+could not start) is reported in `ExecResult.error` so the caller can record or retry it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 10.0
+    cpu_s: int = 10
+    memory_mb: int = 512
+    max_procs: int = 32
+    file_size_mb: int = 16
+    output_bytes: int = 65536
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+    error: str | None = None  # the sandbox failed, not the code
+
+
+@dataclass
+class Job:
+    argv: list[str]
+    files: dict[str, str] = field(default_factory=dict)
+    stdin: str = ""
+    limits: Limits | None = None
+
+
+RLIMIT_PRELUDE = """
+import os, resource, sys
+def _lim(name, value):
+    resource.setrlimit(getattr(resource, name), (value, value))
+_lim("RLIMIT_AS", {memory})
+_lim("RLIMIT_CPU", {cpu})
+_lim("RLIMIT_NPROC", {procs})
+_lim("RLIMIT_FSIZE", {fsize})
+_lim("RLIMIT_NOFILE", 256)
+_lim("RLIMIT_CORE", 0)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def rlimit_launcher(python: str, limits: Limits) -> list[str]:
+    """argv prefix that sets rlimits in the sandboxed process, then execs the real argv."""
+    code = RLIMIT_PRELUDE.format(
+        memory=limits.memory_mb << 20,
+        cpu=limits.cpu_s,
+        procs=limits.max_procs,
+        fsize=limits.file_size_mb << 20,
+    )
+    return [python, "-I", "-S", "-c", code]
+
+
+class Sandbox(ABC):
+    """A backend that runs `Job`s in isolated, throw-away workspaces."""
+
+    name: str = "abstract"
+    safe: bool = True
+
+    def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3"):
+        self.limits = limits
+        self.concurrency = concurrency
+        self.python = python
+
+    @abstractmethod
+    def _execute(self, job: Job, workdir: Path, limits: Limits) -> ExecResult: ...
+
+    def run(self, job: Job) -> ExecResult:
+        limits = job.limits or self.limits
+        workdir = Path(tempfile.mkdtemp(prefix="flywheel-sbx-"))
+        start = time.monotonic()
+        try:
+            for name, content in job.files.items():
+                target = (workdir / name).resolve()
+                if workdir.resolve() not in target.parents:
+                    raise ValueError(f"file name {name!r} escapes the workspace")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(content)
+            return self._execute(job, workdir, limits)
+        except Exception as exc:  # the sandbox broke; the job's result is an error
+            return ExecResult(None, "", "", time.monotonic() - start, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def map(self, jobs: list[Job]) -> list[ExecResult]:
+        """Run many jobs at the configured concurrency, results in job order."""
+        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+            return list(pool.map(self.run, jobs))
+
+    def close(self) -> None:
+        pass
+
+
+def cap_output(data: bytes, limit: int) -> tuple[str, bool]:
+    truncated = len(data) > limit
+    return data[:limit].decode("utf-8", errors="replace"), truncated

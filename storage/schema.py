@@ -1,0 +1,161 @@
+"""The records stages exchange, and their Arrow schemas.
+
+Stages talk only through these records (and the lake that stores them). Each record is a
+dataclass for code and an Arrow schema for Parquet; `SCHEMA_VERSION` is written into the
+Parquet metadata so that readers can accept older versions when fields are added.
+
+Nested data the schema does not need to query (environment setup, hidden tests) is kept
+as JSON text: it varies per domain and a new domain must not need a schema change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+VERDICTS = ("pass", "fail", "no_code", "error", "timeout", "suspected_hack")
+
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+STEP = pa.struct(
+    [
+        ("action", pa.string()),
+        ("observation", pa.string()),
+        ("exit_code", pa.int32()),
+        ("duration_s", pa.float64()),
+        ("truncated", pa.bool_()),
+    ]
+)
+
+
+def stable_id(*parts: object, length: int = 16) -> str:
+    """A short hash that is the same on every machine and every run."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+@dataclass
+class TaskSpec:
+    task_id: str
+    domain: str
+    level: int
+    split: str  # "train" or "eval", fixed when generated
+    prompt: list[dict]  # chat messages [{"role", "content"}]
+    setup_json: str  # environment setup: files, allowed tools
+    verifier_json: str  # hidden from the model: tests, expected answers
+    seed: int
+    generator_version: str
+    origin: str = "fresh"  # "fresh" or "replay"
+    replay_count: int = 0
+
+
+TASK_SCHEMA = pa.schema(
+    [
+        ("task_id", pa.string()),
+        ("domain", pa.string()),
+        ("level", pa.int32()),
+        ("split", pa.string()),
+        ("prompt", pa.list_(MESSAGE)),
+        ("setup_json", pa.string()),
+        ("verifier_json", pa.string()),
+        ("seed", pa.int64()),
+        ("generator_version", pa.string()),
+        ("origin", pa.string()),
+        ("replay_count", pa.int32()),
+    ],
+    metadata={"flywheel.schema_version": str(SCHEMA_VERSION), "flywheel.record": "task"},
+)
+
+
+@dataclass
+class Trajectory:
+    trajectory_id: str
+    run_id: str
+    cycle: int
+    policy_version: int
+    task_id: str
+    domain: str
+    level: int
+    split: str
+    origin: str
+    replay_count: int
+    group_id: str
+    sample_index: int
+    messages: list[dict]
+    steps: list[dict]
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    completion_logprobs: list[float]
+    finish_reason: str
+    num_turns: int
+    num_tool_calls: int
+    reward: float
+    reward_outcome: float
+    reward_process: float
+    reward_penalty: float
+    verdict: str
+    error: str
+    tests_passed: int
+    tests_total: int
+    sandbox_backend: str
+    verifier_version: str
+    timings_json: str
+    created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @staticmethod
+    def make_id(run_id: str, cycle: int, task_id: str, sample_index: int) -> str:
+        """Deterministic, so a re-run of a cycle writes the same ids."""
+        return stable_id("trajectory", run_id, cycle, task_id, sample_index, length=24)
+
+
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("run_id", pa.string()),
+        ("cycle", pa.int32()),
+        ("policy_version", pa.int32()),
+        ("task_id", pa.string()),
+        ("domain", pa.string()),
+        ("level", pa.int32()),
+        ("split", pa.string()),
+        ("origin", pa.string()),
+        ("replay_count", pa.int32()),
+        ("group_id", pa.string()),
+        ("sample_index", pa.int32()),
+        ("messages", pa.list_(MESSAGE)),
+        ("steps", pa.list_(STEP)),
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("completion_token_ids", pa.list_(pa.int32())),
+        ("completion_logprobs", pa.list_(pa.float32())),
+        ("finish_reason", pa.string()),
+        ("num_turns", pa.int32()),
+        ("num_tool_calls", pa.int32()),
+        ("reward", pa.float64()),
+        ("reward_outcome", pa.float64()),
+        ("reward_process", pa.float64()),
+        ("reward_penalty", pa.float64()),
+        ("verdict", pa.string()),
+        ("error", pa.string()),
+        ("tests_passed", pa.int32()),
+        ("tests_total", pa.int32()),
+        ("sandbox_backend", pa.string()),
+        ("verifier_version", pa.string()),
+        ("timings_json", pa.string()),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+    ],
+    metadata={"flywheel.schema_version": str(SCHEMA_VERSION), "flywheel.record": "trajectory"},
+)
+
+
+def to_table(records: list, schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist([asdict(r) for r in records], schema=schema)
+
+
+def tasks_from_table(table: pa.Table) -> list[TaskSpec]:
+    names = {f.name for f in fields(TaskSpec)}
+    return [TaskSpec(**{k: v for k, v in row.items() if k in names}) for row in table.to_pylist()]

@@ -1,0 +1,14 @@
+"""Stage 5, archive: the cycle's tasks and trajectories go into the lake, commit marker
+last. Retried on storage errors (an S3 hiccup); re-running replaces, never duplicates."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from storage.schema import TaskSpec, Trajectory
+
+
+@task(name="archive", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def archive(rt, cycle: int, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> dict:
+    return rt.lake.commit_cycle(rt.run_id, cycle, tasks, trajectories)

@@ -1,0 +1,63 @@
+"""Stage 2, generate: k samples per task from the engine, as Trajectory records.
+
+The skeleton's code domain is single-turn (the answer is the whole action), so one
+engine call per batch of prompts suffices; the records already carry the fields that
+multi-turn domains fill (steps, turns, tool calls). Prompts are cut into a few batches
+only so that progress can be shown; vLLM batches within each call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from flywheel.progress import stage
+from policy.chat import encode_chat
+from policy.engines import SamplingSpec
+from storage.schema import TaskSpec, Trajectory, stable_id
+
+
+def pending_trajectory(rt, cycle, task_spec, prompt_ids, index, sample, gen_s) -> Trajectory:
+    return Trajectory(
+        trajectory_id=Trajectory.make_id(rt.run_id, cycle, task_spec.task_id, index),
+        run_id=rt.run_id, cycle=cycle, policy_version=rt.policy_version,
+        task_id=task_spec.task_id, domain=task_spec.domain, level=task_spec.level,
+        split=task_spec.split, origin=task_spec.origin, replay_count=task_spec.replay_count,
+        group_id=stable_id(rt.run_id, cycle, task_spec.task_id), sample_index=index,
+        messages=[*task_spec.prompt, {"role": "assistant", "content": sample.text}],
+        steps=[], prompt_token_ids=prompt_ids, completion_token_ids=sample.token_ids,
+        completion_logprobs=sample.logprobs, finish_reason=sample.finish_reason,
+        num_turns=1, num_tool_calls=0, reward=0.0, reward_outcome=0.0, reward_process=0.0,
+        reward_penalty=0.0, verdict="pending", error="", tests_passed=0, tests_total=0,
+        sandbox_backend=rt.config.sandbox.backend, verifier_version="",
+        timings_json=json.dumps({"generate_s": gen_s}),
+    )  # fmt: skip
+
+
+@task(name="generate", cache_policy=NO_CACHE)
+def generate(rt, tasks: list[TaskSpec], cycle: int) -> list[Trajectory]:
+    cfg = rt.config
+    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    prompts = [encode_chat(rt.tokenizer, t.prompt) for t in tasks]
+    too_long = [t.task_id for t, p in zip(tasks, prompts) if len(p) > budget]
+    if too_long:
+        raise ValueError(f"prompts longer than max_model_len - max_tokens ({budget}): {too_long}")
+    spec = SamplingSpec(
+        n=cfg.sampling.k, temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+        max_tokens=cfg.sampling.max_tokens, seed=int(stable_id(cfg.seed, cycle), 16) % (2**31),
+    )  # fmt: skip
+    batch = max(1, -(-len(tasks) // 4))
+    out: list[Trajectory] = []
+    with stage("generate", total=len(tasks) * spec.n) as advance:
+        for start in range(0, len(tasks), batch):
+            t0 = time.monotonic()
+            groups = rt.engine.generate(prompts[start : start + batch], spec)
+            per_sample = (time.monotonic() - t0) / max(1, sum(len(g) for g in groups))
+            for task_spec, prompt_ids, samples in zip(tasks[start:], prompts[start:], groups):
+                for i, s in enumerate(samples):
+                    out.append(pending_trajectory(rt, cycle, task_spec, prompt_ids, i, s, per_sample))
+                advance(len(samples))
+    return out

@@ -1,0 +1,39 @@
+"""Stage 1, sample: this cycle's tasks = the replay queue (failures of earlier cycles)
+plus fresh train-split tasks spread over the configured domains and levels.
+
+Fresh tasks are seeded by (run seed, cycle, domain, level), so a re-run of a cycle draws
+the same tasks. Only the train split is ever sampled here; eval tasks come from the
+evaluation flow and never reach training.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from environments import get_environment
+from storage.schema import TaskSpec, stable_id
+
+
+def fresh_plan(domains: list[str], levels: list[int], count: int) -> Counter:
+    """How many fresh tasks per (domain, level): round-robin, domains first."""
+    plan: Counter = Counter()
+    for i in range(count):
+        plan[(domains[i % len(domains)], levels[(i // len(domains)) % len(levels)])] += 1
+    return plan
+
+
+@task(name="sample", cache_policy=NO_CACHE)
+def sample(rt, cycle: int) -> list[TaskSpec]:
+    cfg = rt.config
+    replayed = (rt.lake.read_replay_queue(rt.run_id, cycle) or []) if cfg.replay.enabled else []
+    replayed = replayed[: int(cfg.sampler.tasks_per_cycle * cfg.sampler.max_replay_fraction)]
+    fresh: list[TaskSpec] = []
+    plan = fresh_plan(cfg.sampler.domains, cfg.sampler.levels, cfg.sampler.tasks_per_cycle - len(replayed))
+    for (domain, level), count in sorted(plan.items()):
+        seed = int(stable_id("fresh", cfg.seed, cycle, domain, level), 16) % (2**62)
+        fresh += get_environment(domain).make_tasks("train", level, seed, count)
+    taken = {t.task_id for t in replayed}
+    return replayed + [t for t in fresh if t.task_id not in taken]

@@ -1,0 +1,61 @@
+"""Stages 3 and 4, execute and score: every trajectory's answer runs in the sandbox pool
+under its domain's verifier, all at once, and the Score lands on the record.
+
+A sandbox infrastructure failure is retried once per job and then recorded as the
+`error` verdict on that trajectory: it never fails the cycle. A verifier's verdict is
+never retried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from environments import Score, get_environment
+from environments.sandbox import Job
+from flywheel.progress import stage
+from storage.schema import TaskSpec, Trajectory
+
+
+@task(name="score", cache_policy=NO_CACHE)
+def score(rt, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> list[Trajectory]:
+    by_id = {t.task_id: t for t in tasks}
+    envs = {d: get_environment(d) for d in {t.domain for t in tasks}}
+    jobs = [envs[tr.domain].verification_job(by_id[tr.task_id], tr.messages[-1]["content"]) for tr in trajectories]
+    runnable = [i for i, j in enumerate(jobs) if isinstance(j, Job)]
+    results = {}
+    with stage("score", total=len(trajectories)) as advance:
+        advance(len(trajectories) - len(runnable))
+        chunk = max(1, rt.sandbox.concurrency * 2)
+        for start in range(0, len(runnable), chunk):
+            idx = runnable[start : start + chunk]
+            for i, res in zip(idx, rt.sandbox.map([jobs[i] for i in idx])):
+                if res.error:  # the sandbox broke, not the code: one more try
+                    res = rt.sandbox.run(jobs[i])
+                results[i] = res
+            advance(len(idx))
+    scored = []
+    for i, tr in enumerate(trajectories):
+        env, spec = envs[tr.domain], by_id[tr.task_id]
+        steps = []
+        if i in results:
+            res = results[i]
+            sc: Score = env.score(spec, jobs[i], res)
+            steps.append(dict(
+                action="verify", observation=(res.stdout[-2000:] + res.stderr[-2000:]),
+                exit_code=res.exit_code if res.exit_code is not None else -1,
+                duration_s=res.duration_s, truncated=res.truncated,
+            ))  # fmt: skip
+            timings = {**json.loads(tr.timings_json), "verify_s": res.duration_s}
+        else:
+            sc, timings = jobs[i], json.loads(tr.timings_json)
+        scored.append(dataclasses.replace(
+            tr, reward=sc.reward, reward_outcome=sc.outcome, reward_process=sc.process,
+            reward_penalty=sc.penalty, verdict=sc.verdict, error=sc.error,
+            tests_passed=sc.tests_passed, tests_total=sc.tests_total, steps=steps,
+            verifier_version=f"{env.name}-{env.version}", timings_json=json.dumps(timings),
+        ))  # fmt: skip
+    return scored

@@ -1,0 +1,74 @@
+"""Stage 6, update: one GRPO step on the cycle's committed train trajectories, read back
+from the lake (so an update can be re-run or resumed), then the new weights go into the
+running engine and a probe checks that engine and trainer now agree token by token.
+
+Order matters for resume: export and sync, then the DeepSpeed checkpoint, then the
+manifest. A crash before the manifest is written re-runs the update from the previous
+checkpoint; after it, the update is never repeated.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow.compute as pc
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from policy.grpo import group_advantages, zero_variance_groups
+from policy.trainer import TrainSample
+
+
+def build_batch(table, drop_zero_variance: bool) -> tuple[list[TrainSample], dict]:
+    """Trajectories -> train samples with group-normalised advantages."""
+    splits = set(table.column("split").to_pylist())
+    if splits - {"train"}:
+        raise ValueError(f"the update read non-train trajectories (splits {sorted(splits)}): refusing")
+    rows = table.select(
+        ["group_id", "reward", "prompt_token_ids", "completion_token_ids", "completion_logprobs"]
+    ).to_pylist()
+    rewards = [r["reward"] for r in rows]
+    groups = [r["group_id"] for r in rows]
+    adv = group_advantages(rewards, groups)
+    flat = zero_variance_groups(rewards, groups)
+    keep = [i for i, r in enumerate(rows) if r["completion_token_ids"] and not (drop_zero_variance and r["group_id"] in flat)]
+    samples = [
+        TrainSample(rows[i]["prompt_token_ids"], rows[i]["completion_token_ids"], rows[i]["completion_logprobs"], adv[i])
+        for i in keep
+    ]
+    stats = {"groups": len(set(groups)), "zero_variance_groups": len(flat), "train_samples": len(samples)}
+    return samples, stats
+
+
+@task(name="update", cache_policy=NO_CACHE)
+def update(rt, cycle: int) -> dict:
+    cfg = rt.config.trainer
+    table = rt.lake.trajectories(rt.run_id, cycles=[cycle])
+    table = table.filter(pc.equal(table["split"], "train"))
+    samples, stats = build_batch(table, cfg.drop_zero_variance_groups)
+    if not samples:  # nothing to learn from; record it so a resume does not retry
+        rt.record_update(cycle, rt.policy_version, None)
+        return {**stats, "skipped": "every group had equal rewards"}
+    t0 = time.monotonic()
+    metrics = rt.trainer.step(samples)
+    metrics["step_s"] = time.monotonic() - t0
+    version = rt.policy_version + 1
+    t0 = time.monotonic()
+    export_dir = rt.trainer.export(rt.run_dir / "policy" / f"v{version}")
+    metrics["export_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    rt.engine.load_weights(export_dir)
+    metrics["sync_s"] = time.monotonic() - t0
+    probe = samples[:2]
+    seqs = [s.prompt_ids + s.completion_ids for s in probe]
+    lens = [len(s.prompt_ids) for s in probe]
+    diffs = [abs(a - b) for u, v in zip(rt.trainer.logprobs(seqs, lens), rt.engine.prompt_logprobs(seqs, lens)) for a, b in zip(u, v)]
+    metrics["sync_max_logprob_diff"] = max(diffs)
+    if metrics["sync_max_logprob_diff"] > 1e-2:
+        raise RuntimeError(f"weight sync failed: engine and trainer logprobs differ by {max(diffs):.3g}")
+    if cfg.save_checkpoints:
+        t0 = time.monotonic()
+        rt.trainer.save_checkpoint(rt.checkpoint_dir, tag=f"v{version}")
+        metrics["checkpoint_s"] = time.monotonic() - t0
+    rt.record_update(cycle, version, export_dir)
+    return {**stats, **metrics, "policy_version": version}
