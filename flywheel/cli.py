@@ -48,6 +48,13 @@ def run(
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"bad configuration: {exc}", fg="red", err=True)
         raise typer.Exit(2)
+    from flywheel.runtime import check_inputs
+
+    try:  # fail in seconds, before Prefect, vLLM and DeepSpeed start
+        check_inputs(config, say=typer.echo)
+    except (ModelError, LakeError) as exc:
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(2)
     reporter = RichReporter()
     set_reporter(reporter)
     reporter.print(f"[bold]flywheel[/] run [cyan]{config.run_id}[/] -> {config.run_dir}")
@@ -55,11 +62,8 @@ def run(
 
     try:
         summaries = flywheel_flow(config)
-    except (ModelError, LakeError) as exc:
+    finally:
         reporter.stop()
-        typer.secho(str(exc), fg="red", err=True)
-        raise typer.Exit(2)
-    reporter.stop()
     total = sum(sum(s["stage_s"].values()) for s in summaries)
     reporter.print(f"done: {len(summaries)} cycles, {total:.0f}s in stages; summaries in {config.run_dir / 'cycles.jsonl'}")
 

@@ -26,6 +26,13 @@ from storage.lake import Lake
 log = logging.getLogger("flywheel")
 
 
+def check_inputs(config: FlywheelConfig, say=log.info) -> tuple[str, Lake]:
+    """The cheap checks, in seconds: the model dir exists (or the default is converted)
+    and the lake is reachable. Raises ModelError or LakeError naming what is wrong."""
+    model_dir = resolve_model(config.model.path, config.model.cache_dir, log=say)
+    return model_dir, Lake(config.lake_uri, config.store.endpoint, config.store.region)
+
+
 class Runtime:
     """Not a dataclass on purpose: Prefect walks dataclass parameters of tasks."""
 
@@ -34,8 +41,7 @@ class Runtime:
         self.run_id = config.run_id
         self.run_dir = config.run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.base_model = resolve_model(config.model.path, config.model.cache_dir, log=say)
-        self.lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
+        self.base_model, self.lake = check_inputs(config, say)
         self.sandbox = make_sandbox(config.sandbox)
         probe = self.sandbox.run(_probe_job())
         if probe.error or probe.stdout.strip() != "42":

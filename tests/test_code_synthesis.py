@@ -1,0 +1,105 @@
+"""The code domain: generation from seeds, splits, extraction, and verification in bwrap."""
+
+import json
+
+import pytest
+
+from environments import Score, get_environment
+from environments.code_synthesis import extract_code
+from environments.sandbox import Limits
+from environments.sandbox.bwrap import BwrapSandbox
+
+env = get_environment("code")
+
+
+@pytest.fixture(scope="module")
+def box():
+    return BwrapSandbox(Limits(wall_s=10), concurrency=4)
+
+
+def lookup_solution(task, wrong_after: int | None = None) -> str:
+    """A 'solution' that answers the hidden tests from a table (optionally only some)."""
+    v = json.loads(task.verifier_json)
+    table = {json.dumps(args): out for args, out in v["tests"][:wrong_after]}
+    return (
+        "```python\nimport json\n"
+        f"TABLE = {json.dumps(table)!r}\n"
+        f"def {v['entry']}(*args):\n"
+        "    return json.loads(TABLE).get(json.dumps(list(args)))\n```"
+    )
+
+
+def verify(box, task, completion) -> Score:
+    job = env.verification_job(task, completion)
+    return job if isinstance(job, Score) else env.score(task, job, box.run(job))
+
+
+def test_tasks_are_deterministic_per_seed():
+    a = env.make_tasks("train", 2, seed=7, count=5)
+    b = env.make_tasks("train", 2, seed=7, count=5)
+    assert [t.task_id for t in a] == [t.task_id for t in b]
+    assert [t.prompt for t in a] == [t.prompt for t in b]
+    assert [t.task_id for t in env.make_tasks("train", 2, seed=8, count=5)] != [t.task_id for t in a]
+
+
+def test_train_and_eval_never_share_a_task():
+    train = [t for lvl in env.levels for t in env.make_tasks("train", lvl, 0, 60)]
+    evals = [t for lvl in env.levels for t in env.make_tasks("eval", lvl, 0, 30)]
+    assert {t.split for t in train} == {"train"} and {t.split for t in evals} == {"eval"}
+    assert not {t.task_id for t in train} & {t.task_id for t in evals}
+    assert not {t.prompt[1]["content"] for t in train} & {t.prompt[1]["content"] for t in evals}
+
+
+def test_three_levels_and_hidden_tests_not_in_prompt():
+    assert len(env.levels) >= 3
+    for level in env.levels:
+        task = env.make_tasks("train", level, 1, 1)[0]
+        tests = json.loads(task.verifier_json)["tests"]
+        assert task.level == level and len(tests) == 8
+        for args, _ in tests:
+            assert f"({', '.join(map(repr, args))})" not in task.prompt[1]["content"]
+
+
+def test_bad_split_or_level_is_named():
+    with pytest.raises(ValueError, match="split"):
+        env.make_tasks("test", 1, 0, 1)
+    with pytest.raises(ValueError, match="levels"):
+        env.make_tasks("train", 9, 0, 1)
+
+
+def test_extract_code():
+    assert extract_code("Sure:\n```python\ndef f(x):\n    return x\n```\nDone", "f").startswith("def f")
+    assert extract_code("def f(x): return 1", "f") == "def f(x): return 1"
+    assert extract_code("I cannot do that.", "f") is None
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_correct_solution_scores_one(box, level):
+    task = env.make_tasks("train", level, 3, 1)[0]
+    score = verify(box, task, lookup_solution(task))
+    assert (score.reward, score.verdict, score.tests_passed) == (1.0, "pass", 8), score.error
+
+
+def test_partial_solution_scores_the_fraction(box):
+    task = env.make_tasks("train", 1, 3, 1)[0]
+    score = verify(box, task, lookup_solution(task, wrong_after=6))
+    assert score.reward == pytest.approx(6 / 8) and score.verdict == "fail"
+
+
+@pytest.mark.parametrize(
+    "body, verdict",
+    [
+        ("no code at all, sorry", "no_code"),
+        ("```python\nimport sys\nsys.exit(0)\n```", "fail"),
+        ("```python\nimport os\nos._exit(0)\n```", "fail"),
+        ("```python\ndef {entry}(*a):\n    while True: pass\n```", "timeout"),
+        ("```python\nprint('{{\"passed\": 8, \"total\": 8}}')\n```", "fail"),
+        ("```python\nclass Eq:\n    def __eq__(self, o): return True\ndef {entry}(*a):\n    return Eq()\n```", "fail"),
+        ("```python\ndef {entry}(*a):\n    return open('/etc/shadow').read()\n```", "fail"),
+    ],
+)
+def test_bad_or_hostile_answers_score_zero(box, body, verdict):
+    task = env.make_tasks("train", 2, 5, 1)[0]
+    entry = json.loads(task.verifier_json)["entry"]
+    score = verify(box, task, body.format(entry=entry))
+    assert score.reward == 0.0 and score.verdict == verdict, score

@@ -1,0 +1,34 @@
+import pytest
+
+from flywheel.config import FlywheelConfig, apply_overrides
+
+
+def test_defaults_are_the_embedded_cpu_default():
+    cfg = FlywheelConfig()
+    assert cfg.engine.backend == "vllm" and cfg.sandbox.backend == "bwrap"
+    assert cfg.model.path is None and cfg.store.uri is None
+
+
+def test_overrides_parse_yaml_values():
+    cfg = apply_overrides(FlywheelConfig(), ["trainer.learning_rate=1e-5", "sampler.levels=[1, 2]", "cycles=3"])
+    assert cfg.trainer.learning_rate == 1e-5 and cfg.sampler.levels == [1, 2] and cfg.cycles == 3
+
+
+@pytest.mark.parametrize("bad", ["trainer.nope=1", "nosection.x=1", "cycles", "cycles=-1"])
+def test_bad_overrides_name_the_problem(bad):
+    with pytest.raises(ValueError):
+        apply_overrides(FlywheelConfig(), [bad])
+
+
+def test_yaml_roundtrip(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("cycles: 5\nsampling:\n  k: 8\n")
+    cfg = FlywheelConfig.from_yaml(p)
+    assert cfg.cycles == 5 and cfg.sampling.k == 8
+
+
+def test_run_id_is_generated_once():
+    cfg = FlywheelConfig().with_run_id()
+    assert cfg.run_id.startswith("run-") and cfg.with_run_id().run_id == cfg.run_id
+    with pytest.raises(ValueError):
+        FlywheelConfig().run_dir

