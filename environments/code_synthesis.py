@@ -166,7 +166,7 @@ except BaseException as e:
 fn = ns.get(entry)
 if not callable(fn):
     report(passed=0, total=len(tests), error=f"no function named {entry}")
-passed, first_error = 0, ""
+passed, first_error, timed_out = 0, "", False
 for args, expected in tests:
     try:
         signal.alarm(1)
@@ -176,8 +176,11 @@ for args, expected in tests:
     except BaseException as e:
         signal.alarm(0)
         ok, first_error = False, first_error or f"{type(e).__name__}: {e}"[:300]
+        if isinstance(e, TimeoutError):
+            timed_out = True
+            break  # one slow test is enough to know; the rest count as failed
     passed += ok
-report(passed=passed, total=len(tests), error=first_error)
+report(passed=passed, total=len(tests), error=first_error, timed_out=timed_out)
 """
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
@@ -256,7 +259,7 @@ class CodeSynthesis(Environment):
             return Score(0.0, "fail", tests_total=total, error=error)
         res = json.loads(lines[0])
         frac = res["passed"] / max(1, res["total"])
-        verdict = "pass" if res["passed"] == res["total"] else "fail"
+        verdict = "pass" if res["passed"] == res["total"] else "timeout" if res.get("timed_out") else "fail"
         return Score(
             frac, verdict, outcome=frac, tests_passed=res["passed"], tests_total=res["total"],
             error=res.get("error", ""),

@@ -126,7 +126,7 @@ class GRPOTrainer:
             loss = loss_sum / max(1, total_tokens) * gas * weight
             self.engine.backward(loss)
             self.engine.step()
-            loss_total += float(loss_sum) * weight / max(1, total_tokens)
+            loss_total += loss_sum.item() * weight / max(1, total_tokens)
             padded += ids.numel()
             real += int(mask.sum())
             clip_fracs.append(stats["clip_fraction"])

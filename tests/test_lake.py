@@ -51,9 +51,12 @@ def check_commit_and_replay(lake: Lake):
     lake.commit_cycle(run, 1, queue, make_trajectories(run, 1, queue, rewards1))
     queue2 = select_replay(lake, run, 1, threshold=1.0, lookback=3, max_replays=2)
     assert [(t.task_id, t.replay_count) for t in queue2] == [(tasks[2].task_id, 2)]
+    lake.commit_cycle(run, 2, queue2, make_trajectories(run, 2, queue2, {tasks[2].task_id: [0, 0]}))
     assert select_replay(lake, run, 2, threshold=1.0, lookback=3, max_replays=2) == []  # cap reached
+    assert select_replay(lake, run, 5, threshold=1.0, lookback=3, max_replays=9) == []  # aged out
     con = connect(lake, run)
     assert con.execute("SELECT count(*) FROM trajectories WHERE cycle = 1").fetchone()[0] == 4
+    assert lake.committed_cycles(run) == [0, 1, 2]
 
 
 def test_local_lake(tmp_path):
