@@ -3,8 +3,8 @@
 `run_cycle` reads top to bottom as the cycle itself. Every stage's output is in the lake
 (or the policy manifest) before the next stage starts, and each stage is skipped when
 its output is already there, so a killed run resumes at the stage where it stopped:
-pass the same `run_id` again. The CLI (`flywheel run`) and the Prefect deployment both
-call `flywheel` below: one code path, two faces.
+pass the same `run_id` again. The CLI (`flywheel run`), the Prefect deployments and a
+notebook all call the flows below: one code path, several faces.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 
 from flywheel.config import FlywheelConfig
+from flywheel.reporting import by_domain_level, publish_cycle
+from flywheel.results import CycleSummary, FlywheelResult
 from flywheel.runtime import Runtime
 from storage.query import connect
 from tasks.archive import archive
@@ -26,7 +28,7 @@ from tasks.score import score
 from tasks.update import update
 
 
-def run_cycle(rt: Runtime, cycle: int) -> dict:
+def run_cycle(rt: Runtime, cycle: int) -> CycleSummary:
     timings: dict[str, float] = {}
 
     def timed(name, fn, *args):
@@ -48,7 +50,7 @@ def run_cycle(rt: Runtime, cycle: int) -> dict:
     return cycle_summary(rt, cycle, timings, update_metrics)
 
 
-def cycle_summary(rt: Runtime, cycle: int, timings: dict, update_metrics: dict) -> dict:
+def cycle_summary(rt: Runtime, cycle: int, timings: dict, update_metrics: dict) -> CycleSummary:
     con = connect(rt.lake, rt.run_id)
     row = con.execute(
         """SELECT count(DISTINCT task_id), count(*), avg(reward), avg((verdict = 'pass')::INT),
@@ -56,23 +58,18 @@ def cycle_summary(rt: Runtime, cycle: int, timings: dict, update_metrics: dict) 
            FROM trajectories WHERE cycle = ?""",
         [cycle],
     ).fetchone()
-    queued = rt.lake.read_replay_queue(rt.run_id, cycle + 1) or []
-    summary = {
-        "run_id": rt.run_id,
-        "cycle": cycle,
-        "policy_version": rt.policy_version,
-        "tasks": row[0],
-        "replayed_tasks": row[4],
-        "trajectories": row[1],
-        "mean_reward": round(row[2] or 0.0, 4),
-        "pass_rate": round(row[3] or 0.0, 4),
-        "queued_for_replay": len(queued),
-        "stage_s": timings,
-        "update": {k: v for k, v in update_metrics.items() if not isinstance(v, (list, dict))},
-        "finished_at": datetime.now(timezone.utc).isoformat(),
-    }
+    summary = CycleSummary(
+        run_id=rt.run_id, cycle=cycle, policy_version=rt.policy_version, tasks=row[0],
+        replayed_tasks=row[4], trajectories=row[1], mean_reward=round(row[2] or 0.0, 4),
+        pass_rate=round(row[3] or 0.0, 4),
+        queued_for_replay=len(rt.lake.read_replay_queue(rt.run_id, cycle + 1) or []),
+        stage_s=timings,
+        update={k: v for k, v in update_metrics.items() if isinstance(v, (int, float, str))},
+        by_domain_level=by_domain_level(con, cycle),
+        finished_at=datetime.now(timezone.utc).isoformat(),
+    )  # fmt: skip
     with open(rt.run_dir / "cycles.jsonl", "a") as f:
-        f.write(json.dumps(summary) + "\n")
+        f.write(summary.model_dump_json() + "\n")
     return summary
 
 
@@ -81,36 +78,39 @@ def _flow_run_name() -> str:
 
     config = flow_run.parameters.get("config")
     run_id = config.get("run_id") if isinstance(config, dict) else getattr(config, "run_id", "")
-    return f"flywheel-{run_id or 'new'}"
+    return f"{flow_run.flow_name}-{run_id or 'new'}"
 
 
-@flow(name="flywheel", flow_run_name=_flow_run_name, log_prints=True)
-def flywheel(config: FlywheelConfig = FlywheelConfig()) -> list[dict]:
-    """Run (or resume) `config.cycles` cycles of the flywheel; an empty run_id starts a
-    new run, an existing one resumes it."""
+def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
+    """Run `cycles(rt)` (a range, decided once the runtime knows the run's state)."""
     from flywheel.progress import reporter
 
-    config = config.with_run_id()
     logger = get_run_logger()
     logger.info("run %s in %s, lake %s", config.run_id, config.run_dir, config.lake_uri)
     rt = Runtime(config, say=logger.info)
-    summaries = []
+    summaries: list[CycleSummary] = []
     try:
-        for cycle in range(config.cycles):
+        for cycle in cycles(rt):
             summary = run_cycle(rt, cycle)
             summaries.append(summary)
-            logger.info("cycle %d: %s", cycle, json.dumps(summary))
-            reporter().print(format_summary(summary))
+            logger.info("cycle %d: %s", cycle, json.dumps(summary.model_dump(exclude={"by_domain_level"})))
+            reporter().print(summary.line())
+            publish_cycle(rt, summary, summaries)
     finally:
         rt.close()
-    return summaries
+    return FlywheelResult(run_id=config.run_id, run_dir=str(config.run_dir), lake_uri=config.lake_uri, cycles=summaries)
 
 
-def format_summary(s: dict) -> str:
-    stages = "  ".join(f"{k} {v:.1f}s" for k, v in s["stage_s"].items()) or "(all stages resumed from the lake)"
-    return (
-        f"cycle {s['cycle']}: {s['tasks']} tasks ({s['replayed_tasks']} replayed), "
-        f"{s['trajectories']} trajectories, mean reward {s['mean_reward']:.3f}, "
-        f"pass rate {s['pass_rate']:.3f}, policy v{s['policy_version']}, "
-        f"{s['queued_for_replay']} queued for replay\n    {stages}"
-    )
+@flow(name="flywheel", flow_run_name=_flow_run_name)
+def flywheel(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
+    """Run (or resume) `config.cycles` cycles; an empty run_id starts a new run, an
+    existing one resumes it."""
+    config = config.with_run_id()
+    return _run(config, lambda rt: range(config.cycles))
+
+
+@flow(name="flywheel-cycle", flow_run_name=_flow_run_name)
+def single_cycle(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
+    """Run the next cycle of `config.run_id` (the first one of a new run), or finish the
+    last one if it was interrupted."""
+    return _run(config.with_run_id(), lambda rt: range(rt.next_cycle(), rt.next_cycle() + 1))

@@ -61,11 +61,56 @@ def run(
     from flows.flywheel import flywheel as flywheel_flow
 
     try:
-        summaries = flywheel_flow(config)
+        result = flywheel_flow(config)
     finally:
         reporter.stop()
-    total = sum(sum(s["stage_s"].values()) for s in summaries)
-    reporter.print(f"done: {len(summaries)} cycles, {total:.0f}s in stages; summaries in {config.run_dir / 'cycles.jsonl'}")
+    total = sum(sum(c.stage_s.values()) for c in result.cycles)
+    reporter.print(
+        f"done: {len(result.cycles)} cycles, {total:.0f}s in stages; summaries in "
+        f"{config.run_dir / 'cycles.jsonl'}, curve in {config.run_dir / 'reward_curve.png'}"
+    )
+
+
+@app.command("eval")
+def eval_command(
+    run_id: Optional[str] = typer.Option(None, help="Evaluate this run's current policy (default: the base model)."),
+    model: Optional[str] = typer.Option(None, help="A local HF model dir (default: SmolLM2-135M-Instruct)."),
+    tasks_per_level: int = typer.Option(8, help="Held-out tasks per domain and level."),
+    k: int = typer.Option(4, help="Samples per task for pass@k."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
+    set_: list[str] = typer.Option([], "--set", help="Override any config key."),
+):
+    """Held-out evaluation: greedy pass@1 and pass@k per domain and level."""
+    from rich.table import Table
+
+    from flywheel.progress import RichReporter, set_reporter
+
+    config = load_config(config_file, set_, **{"model.path": model, "run_id": run_id}).with_run_id()
+    reporter = RichReporter()
+    set_reporter(reporter)
+    from flows.evaluate import evaluate
+
+    try:
+        result = evaluate(config, tasks_per_level=tasks_per_level, k=k)
+    finally:
+        reporter.stop()
+    table = Table(title=f"{result.run_id} policy v{result.policy_version}")
+    for name in result.rows[0] if result.rows else []:
+        table.add_column(name)
+    for row in result.rows:
+        table.add_row(*[str(v) for v in row.values()])
+    reporter.console.print(table)
+
+
+@app.command()
+def server(
+    port: int = typer.Option(4200, help="Port of the Prefect server and UI."),
+    worker: bool = typer.Option(True, help="Also run a worker in the foreground."),
+):
+    """From zero to the UI: start a Prefect server, create the pool, deploy, run a worker."""
+    from flywheel.server import up
+
+    up(port=port, worker=worker, say=typer.echo)
 
 
 @app.command("prepare-model")

@@ -32,9 +32,6 @@ class EngineConfig(BaseModel):
     max_model_len: int = 1024
     dtype: Literal["float32", "bfloat16"] = "float32"
     kv_cache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE on CPU.")
-    executor: Literal["uni", "mp", "ray"] = Field(
-        "uni", description="vLLM executor: 'uni' runs the model in the engine process (best on one CPU)."
-    )
 
 
 class SamplingConfig(BaseModel):

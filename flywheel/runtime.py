@@ -53,10 +53,8 @@ class Runtime:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.base_model)
-        from policy.engines import make_engine
-
-        say(f"Starting the {config.engine.backend} engine on {self.policy_dir} ...")
-        self.engine = make_engine(self.policy_dir, config.engine, config.seed)
+        self._say = say
+        self._engine = None
         self._trainer = None
 
     # ---- policy versions -----------------------------------------------------------------
@@ -77,6 +75,15 @@ class Runtime:
     def policy_dir(self) -> str:
         return self.manifest["dir"] or self.base_model
 
+    def next_cycle(self) -> int:
+        """The first cycle whose stages are not all done."""
+        committed = self.lake.committed_cycles(self.run_id)
+        if not committed:
+            return 0
+        last = committed[-1]
+        finished = self.manifest["updated_cycle"] >= last and self.lake.read_replay_queue(self.run_id, last + 1) is not None
+        return last + 1 if finished else last
+
     @property
     def checkpoint_dir(self) -> Path:
         return self.run_dir / "checkpoints"
@@ -94,9 +101,20 @@ class Runtime:
             prune_checkpoints(self.checkpoint_dir, keep_tag=f"v{version}")
 
     @property
+    def engine(self):
+        """Started on first use, so a resumed run with nothing left to generate skips it."""
+        if self._engine is None:
+            from policy.engines import make_engine
+
+            self._say(f"Starting the {self.config.engine.backend} engine on {self.policy_dir} ...")
+            self._engine = make_engine(self.policy_dir, self.config.engine, self.config.seed)
+        return self._engine
+
+    @property
     def trainer(self):
         """Started on first use, after the engine: vLLM forks its workers first."""
         if self._trainer is None:
+            self.engine  # noqa: B018  (start order matters)
             from policy.trainer import GRPOTrainer
 
             tag = f"v{self.policy_version}"
@@ -109,7 +127,8 @@ class Runtime:
         return self._trainer
 
     def close(self) -> None:
-        self.engine.close()
+        if self._engine is not None:
+            self._engine.close()
         self.sandbox.close()
 
 

@@ -5,6 +5,7 @@ Layout under the root (a local dir or s3://bucket/prefix):
     tasks/run=<run>/cycle=<n>/part-0.parquet                 the cycle's TaskSpecs
     trajectories/run=<run>/cycle=<n>/domain=<d>/part-0.parquet
     replay/run=<run>/cycle=<n>/part-0.parquet                 tasks queued for cycle n
+    evaluations/run=<run>/policy=v<k>/mode=<m>/part-0.parquet held-out evaluations
     _commits/run=<run>/cycle=<n>.json                         written last
 
 A cycle exists for readers only once its commit marker is there, and the marker lists the
@@ -177,3 +178,14 @@ class Lake:
             return None
         with self.fs.open_input_file(path) as f:
             return tasks_from_table(pq.read_table(f))
+
+    # ---- evaluations (one whole file each: written atomically, no marker needed) ------------
+    def write_evaluation(self, run_id: str, policy_version: int, mode: str, trajectories: list) -> str:
+        path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet")
+        self._write_table(path, to_table(trajectories, TRAJECTORY_SCHEMA))
+        return path
+
+    def evaluations(self, run_id: str, policy_version: int, mode: str) -> pa.Table:
+        path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet")
+        with self.fs.open_input_file(path) as f:
+            return pq.read_table(f)

@@ -9,6 +9,6 @@ from prefect.cache_policies import NO_CACHE
 from storage.schema import TaskSpec, Trajectory
 
 
-@task(name="archive", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+@task(name="archive", retries=2, retry_delay_seconds=2, timeout_seconds=600, cache_policy=NO_CACHE)
 def archive(rt, cycle: int, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> dict:
     return rt.lake.commit_cycle(rt.run_id, cycle, tasks, trajectories)

@@ -15,18 +15,19 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flywheel.progress import stage
+from flywheel.config import SamplingConfig
 from policy.chat import encode_chat
 from policy.engines import SamplingSpec
 from storage.schema import TaskSpec, Trajectory, stable_id
 
 
-def pending_trajectory(rt, cycle, task_spec, prompt_ids, index, sample, gen_s) -> Trajectory:
+def pending_trajectory(rt, cycle, label, task_spec, prompt_ids, index, sample, gen_s) -> Trajectory:
     return Trajectory(
-        trajectory_id=Trajectory.make_id(rt.run_id, cycle, task_spec.task_id, index),
+        trajectory_id=Trajectory.make_id(f"{rt.run_id}/{label}", cycle, task_spec.task_id, index),
         run_id=rt.run_id, cycle=cycle, policy_version=rt.policy_version,
         task_id=task_spec.task_id, domain=task_spec.domain, level=task_spec.level,
         split=task_spec.split, origin=task_spec.origin, replay_count=task_spec.replay_count,
-        group_id=stable_id(rt.run_id, cycle, task_spec.task_id), sample_index=index,
+        group_id=stable_id(rt.run_id, label, cycle, task_spec.task_id), sample_index=index,
         messages=[*task_spec.prompt, {"role": "assistant", "content": sample.text}],
         steps=[], prompt_token_ids=prompt_ids, completion_token_ids=sample.token_ids,
         completion_logprobs=sample.logprobs, finish_reason=sample.finish_reason,
@@ -38,16 +39,21 @@ def pending_trajectory(rt, cycle, task_spec, prompt_ids, index, sample, gen_s) -
 
 
 @task(name="generate", cache_policy=NO_CACHE)
-def generate(rt, tasks: list[TaskSpec], cycle: int) -> list[Trajectory]:
+def generate(
+    rt, tasks: list[TaskSpec], cycle: int, sampling: SamplingConfig | None = None, label: str = "train"
+) -> list[Trajectory]:
+    """`sampling` overrides the config's (evaluation samples greedily); `label` keeps the
+    ids of differently sampled trajectories of the same task and cycle apart."""
     cfg = rt.config
-    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    sampling = sampling or cfg.sampling
+    budget = cfg.engine.max_model_len - sampling.max_tokens
     prompts = [encode_chat(rt.tokenizer, t.prompt) for t in tasks]
     too_long = [t.task_id for t, p in zip(tasks, prompts) if len(p) > budget]
     if too_long:
         raise ValueError(f"prompts longer than max_model_len - max_tokens ({budget}): {too_long}")
     spec = SamplingSpec(
-        n=cfg.sampling.k, temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-        max_tokens=cfg.sampling.max_tokens, seed=int(stable_id(cfg.seed, cycle), 16) % (2**31),
+        n=sampling.k, temperature=sampling.temperature, top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens, seed=int(stable_id(cfg.seed, cycle, label), 16) % (2**31),
     )  # fmt: skip
     batch = max(1, -(-len(tasks) // 4))
     out: list[Trajectory] = []
@@ -58,6 +64,6 @@ def generate(rt, tasks: list[TaskSpec], cycle: int) -> list[Trajectory]:
             per_sample = (time.monotonic() - t0) / max(1, sum(len(g) for g in groups))
             for task_spec, prompt_ids, samples in zip(tasks[start:], prompts[start:], groups):
                 for i, s in enumerate(samples):
-                    out.append(pending_trajectory(rt, cycle, task_spec, prompt_ids, i, s, per_sample))
+                    out.append(pending_trajectory(rt, cycle, label, task_spec, prompt_ids, i, s, per_sample))
                 advance(len(samples))
     return out

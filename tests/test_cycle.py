@@ -30,15 +30,15 @@ def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
         # the sync check compares a changed policy.
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
     )  # fmt: skip
-    summaries = flywheel(cfg)
+    result = flywheel(cfg)
     from storage.lake import Lake
 
-    return cfg, summaries, Lake(cfg.lake_uri, seaweedfs)
+    return cfg, result.cycles, Lake(cfg.lake_uri, seaweedfs)
 
 
 def test_two_cycles_committed_to_s3(run):
     cfg, summaries, lake = run
-    assert [s["cycle"] for s in summaries] == [0, 1]
+    assert [s.cycle for s in summaries] == [0, 1]
     assert lake.committed_cycles("it") == [0, 1]
     table = lake.trajectories("it")
     assert table.num_rows == 2 * 4 * 2
@@ -47,14 +47,16 @@ def test_two_cycles_committed_to_s3(run):
     assert row["prompt_token_ids"] and row["completion_token_ids"]
     assert len(row["completion_logprobs"]) == len(row["completion_token_ids"])
     assert row["verdict"] in {"fail", "no_code", "timeout", "error"} and row["sandbox_backend"] == "bwrap"
-    assert set(summaries[0]["stage_s"]) == {"sample", "generate", "score", "archive", "update", "replay"}
+    assert set(summaries[0].stage_s) == {"sample", "generate", "score", "archive", "update", "replay"}
+    assert {(r["domain"], r["level"]) for r in summaries[0].by_domain_level} <= {("code", 1), ("code", 2), ("code", 3)}
+    assert (cfg.run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_update_changed_the_policy_and_synced_the_engine(run, tiny_model):
     cfg, summaries, _ = run
-    assert [s["policy_version"] for s in summaries] == [1, 2]
+    assert [s.policy_version for s in summaries] == [1, 2]
     for s in summaries:
-        assert s["update"]["sync_max_logprob_diff"] < 1e-4
+        assert s.update["sync_max_logprob_diff"] < 1e-4
     # the exported v2 weights differ from the random init we started from
     from safetensors.torch import load_file
 
@@ -93,8 +95,8 @@ def test_rerun_with_same_run_id_resumes_without_redoing(run):
 
     cfg, _, lake = run
     before = lake.trajectories("it").num_rows
-    summaries = flywheel(cfg)  # every stage's output is already there
-    assert [s["stage_s"] for s in summaries] == [{}, {}]
+    result = flywheel(cfg)  # every stage's output is already there
+    assert [s.stage_s for s in result.cycles] == [{}, {}]
     assert lake.trajectories("it").num_rows == before
 
 

@@ -19,11 +19,10 @@ class VLLMEngine(Engine):
     def __init__(self, model_dir: str, cfg, seed: int = 0):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        if cfg.executor == "uni":
-            # vLLM-CPU reserves a core for a separate scheduler process; with the "uni"
-            # executor the model runs in that process, so the reservation only idles a
-            # core. SmolLM2-135M on 2 cores: 1.49x the default (bench/engine_threads.py).
-            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        # vllm-cpu runs the model in a worker process and reserves one core for its
+        # scheduler process, which mostly waits; on a 2-core machine that leaves one
+        # core generating. Measured with bench/engine_threads.py.
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         from vllm import LLM
 
         self.llm = LLM(
@@ -33,7 +32,6 @@ class VLLMEngine(Engine):
             enforce_eager=True,
             seed=seed,
             worker_extension_cls="policy.engines.vllm_sync.WeightSyncExtension",
-            distributed_executor_backend=cfg.executor,
         )
 
     def generate(self, prompts, spec: SamplingSpec):

@@ -1,0 +1,105 @@
+"""Held-out evaluation of a run's current policy (or of any model), per domain and level.
+
+The eval tasks come from a fixed seed, so every evaluation of every run sees the same
+tasks and numbers compare across policy versions. pass@1 is greedy (temperature 0, one
+sample); pass@k is the share of tasks solved by at least one of k samples at the
+training temperature. Trajectories go to the lake under `evaluations/`, never among
+the training cycles, and a markdown report lands in the run dir.
+"""
+
+from __future__ import annotations
+
+import duckdb
+from prefect import flow, get_run_logger
+
+from environments import get_environment
+from flywheel.config import FlywheelConfig
+from flywheel.reporting import artifact_key
+from flywheel.results import EvalResult
+from flywheel.runtime import Runtime
+from storage.schema import TRAJECTORY_SCHEMA, to_table
+from tasks.generate import generate
+from tasks.score import score
+
+EVAL_SEED = 20261130  # fixed: every evaluation sees the same held-out tasks
+
+METRICS_SQL = """
+WITH greedy_task AS (
+    SELECT domain, level, task_id, max((verdict = 'pass')::INT) AS solved, avg(reward) AS reward,
+           avg(num_turns) AS turns, sum(len(completion_token_ids)) AS tokens
+    FROM greedy GROUP BY ALL
+), sampled_task AS (
+    SELECT task_id, max((verdict = 'pass')::INT) AS solved_any FROM sampled GROUP BY task_id
+)
+SELECT g.domain, g.level, count(*) AS tasks,
+       round(avg(g.solved), 4) AS "pass@1",
+       round(avg(coalesce(s.solved_any, 0)), 4) AS "pass@k",
+       round(avg(g.reward), 4) AS mean_reward,
+       round(avg(g.turns), 2) AS mean_turns,
+       CASE WHEN sum(g.solved) > 0 THEN round(sum(g.tokens) / sum(g.solved), 1) END AS tokens_per_solved
+FROM greedy_task g LEFT JOIN sampled_task s USING (task_id)
+GROUP BY g.domain, g.level ORDER BY g.domain, g.level
+"""
+
+
+def eval_tasks(domains: list[str], levels: list[int], per_level: int):
+    tasks = []
+    for domain in domains:
+        env = get_environment(domain)
+        for level in [lvl for lvl in levels if lvl in env.levels]:
+            tasks += env.make_tasks("eval", level, EVAL_SEED, per_level)
+    return tasks
+
+
+def _eval_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    config = flow_run.parameters.get("config")
+    run_id = config.get("run_id") if isinstance(config, dict) else getattr(config, "run_id", "")
+    return f"evaluate-{run_id or 'base'}"
+
+
+@flow(name="evaluate", flow_run_name=_eval_run_name)
+def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int = 8, k: int = 4) -> EvalResult:
+    """Evaluate the current policy of `config.run_id` (the base model for a new run)."""
+    logger = get_run_logger()
+    config = config.with_run_id()
+    rt = Runtime(config, say=logger.info)
+    try:
+        tasks = eval_tasks(config.sampler.domains, config.sampler.levels, tasks_per_level)
+        greedy_cfg = config.sampling.model_copy(update={"k": 1, "temperature": 0.0})
+        sampled_cfg = config.sampling.model_copy(update={"k": k})
+        version = rt.policy_version
+        tables = {}
+        for mode, sampling in (("greedy", greedy_cfg), ("sampled", sampled_cfg)):
+            trajectories = generate.with_options(task_run_name=f"eval-generate-{mode}")(rt, tasks, -1, sampling, f"eval-{mode}")
+            trajectories = score.with_options(task_run_name=f"eval-score-{mode}")(rt, tasks, trajectories)
+            rt.lake.write_evaluation(rt.run_id, version, mode, trajectories)
+            tables[mode] = to_table(trajectories, TRAJECTORY_SCHEMA)
+        con = duckdb.connect()
+        con.register("greedy", tables["greedy"])
+        con.register("sampled", tables["sampled"])
+        cur = con.execute(METRICS_SQL)
+        names = [d[0].replace("pass@k", f"pass@{k}") for d in cur.description]
+        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    finally:
+        rt.close()
+    result = EvalResult(run_id=rt.run_id, policy_version=version, rows=rows)
+    _report(rt, result)
+    return result
+
+
+def _report(rt, result: EvalResult) -> None:
+    header = list(result.rows[0]) if result.rows else []
+    lines = [f"# Evaluation of {result.run_id}, policy v{result.policy_version}", ""]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in result.rows]
+    text = "\n".join(lines) + "\n"
+    (rt.run_dir / f"eval-v{result.policy_version}.md").write_text(text)
+    try:
+        from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+        create_table_artifact(result.rows, key=artifact_key("eval", rt.run_id), description="held-out evaluation")
+        create_markdown_artifact(text)
+    except Exception:  # reporting never stops a flow
+        pass

@@ -1,0 +1,94 @@
+"""Per-cycle reports: metrics from the lake, a reward curve, and Prefect artifacts.
+
+Artifacts are only created inside a Prefect run (the CLI runs inside one too), and a
+failure to publish one is logged, never fatal: reporting must not stop the flywheel.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+
+log = logging.getLogger("flywheel")
+
+BY_DOMAIN_LEVEL_SQL = """
+SELECT domain, level, count(*) AS trajectories, count(DISTINCT task_id) AS tasks,
+       round(avg(reward), 4) AS mean_reward, round(avg((verdict = 'pass')::INT), 4) AS pass_rate
+FROM trajectories WHERE cycle = ? GROUP BY domain, level ORDER BY domain, level
+"""
+
+
+def by_domain_level(con, cycle: int) -> list[dict]:
+    cur = con.execute(BY_DOMAIN_LEVEL_SQL, [cycle])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def curve_png(cycles: list[int], rewards: list[float], pass_rates: list[float], title: str) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    ax.plot(cycles, rewards, marker="o", label="mean reward")
+    ax.plot(cycles, pass_rates, marker="s", label="pass rate")
+    ax.set_xlabel("cycle")
+    ax.set_ylim(0, max(1e-3, max(rewards + pass_rates)) * 1.15)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def artifact_key(*parts) -> str:
+    """Artifact keys allow lowercase letters, digits and dashes only."""
+    text = "-".join(str(p) for p in parts).lower()
+    return "".join(ch if ch.isalnum() else "-" for ch in text)[:120]
+
+
+def publish_cycle(rt, summary, history: list) -> None:
+    """Table per domain and level, markdown summary, reward curve, link to the lake."""
+    png = curve_png(
+        [s.cycle for s in history], [s.mean_reward for s in history], [s.pass_rate for s in history],
+        f"run {rt.run_id}",
+    )  # fmt: skip
+    (rt.run_dir / "reward_curve.png").write_bytes(png)
+    try:
+        from prefect.artifacts import (
+            create_image_artifact,
+            create_link_artifact,
+            create_markdown_artifact,
+            create_table_artifact,
+        )
+        from prefect.context import FlowRunContext
+
+        if FlowRunContext.get() is None:
+            return
+        run = rt.run_id
+        create_table_artifact(summary.by_domain_level, key=artifact_key(run, "metrics"), description=f"cycle {summary.cycle} by domain and level")
+        stages = "\n".join(f"| {k} | {v:.1f} |" for k, v in summary.stage_s.items())
+        create_markdown_artifact(
+            f"### {run}, cycle {summary.cycle}\n\n"
+            f"- tasks: {summary.tasks} ({summary.replayed_tasks} replayed)\n"
+            f"- trajectories: {summary.trajectories}\n- mean reward: {summary.mean_reward:.3f}\n"
+            f"- pass rate: {summary.pass_rate:.3f}\n- policy version: {summary.policy_version}\n"
+            f"- queued for replay: {summary.queued_for_replay}\n\n| stage | seconds |\n|---|---|\n{stages}\n",
+            key=artifact_key(run, "summary"),
+        )  # fmt: skip
+        data_url = "data:image/png;base64," + base64.b64encode(png).decode()
+        create_image_artifact(data_url, key=artifact_key(run, "reward-curve"), description="reward and pass rate per cycle")
+        lake = rt.lake
+        uri = rt.config.lake_uri.rstrip("/")
+        create_link_artifact(
+            f"{uri}/trajectories/run={run}/cycle={summary.cycle}" if uri.startswith("s3://") else
+            f"file://{lake.root}/trajectories/run={run}/cycle={summary.cycle}",
+            link_text=f"trajectories of cycle {summary.cycle}", key=artifact_key(run, "lake"),
+        )  # fmt: skip
+    except Exception as exc:  # reporting never stops the flywheel
+        log.warning("could not publish Prefect artifacts: %s", exc)

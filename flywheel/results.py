@@ -1,0 +1,69 @@
+"""Typed results that flows return: what a notebook or a caller gets back.
+
+Plain pydantic models (so Prefect can serialise them) with `frame()` helpers that turn
+them into pandas DataFrames for analysis.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class CycleSummary(BaseModel):
+    run_id: str
+    cycle: int
+    policy_version: int
+    tasks: int
+    replayed_tasks: int
+    trajectories: int
+    mean_reward: float
+    pass_rate: float
+    queued_for_replay: int
+    stage_s: dict[str, float]  # empty when every stage was resumed from the lake
+    update: dict[str, float | int | str]
+    by_domain_level: list[dict]  # domain, level, trajectories, mean_reward, pass_rate
+    finished_at: str
+
+    def line(self) -> str:
+        stages = "  ".join(f"{k} {v:.1f}s" for k, v in self.stage_s.items()) or "(resumed from the lake)"
+        return (
+            f"cycle {self.cycle}: {self.tasks} tasks ({self.replayed_tasks} replayed), "
+            f"{self.trajectories} trajectories, mean reward {self.mean_reward:.3f}, "
+            f"pass rate {self.pass_rate:.3f}, policy v{self.policy_version}, "
+            f"{self.queued_for_replay} queued for replay\n    {stages}"
+        )
+
+
+class FlywheelResult(BaseModel):
+    run_id: str
+    run_dir: str
+    lake_uri: str
+    cycles: list[CycleSummary]
+
+    def frame(self):
+        """One row per cycle: rewards, pass rate, and seconds per stage."""
+        import pandas as pd
+
+        rows = []
+        for c in self.cycles:
+            row = c.model_dump(exclude={"stage_s", "update", "by_domain_level"})
+            row.update({f"{k}_s": v for k, v in c.stage_s.items()})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def by_domain_level(self):
+        """One row per cycle, domain and level."""
+        import pandas as pd
+
+        return pd.DataFrame([{"cycle": c.cycle, **row} for c in self.cycles for row in c.by_domain_level])
+
+
+class EvalResult(BaseModel):
+    run_id: str
+    policy_version: int
+    rows: list[dict]  # domain, level, tasks, pass@1, pass@k, mean_reward, mean_turns, tokens_per_solved
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
