@@ -61,6 +61,12 @@ class StoreConfig(BaseModel):
     region: str = "us-east-1"
 
 
+class RewardConfig(BaseModel):
+    overlong_buffer: int = Field(
+        0, ge=0, description="DAPO soft overlong penalty: the last N tokens of max_tokens cost up to -1."
+    )
+
+
 class SamplerConfig(BaseModel):
     domains: list[str] = ["code"]
     levels: list[int] = [1, 2, 3]
@@ -78,7 +84,10 @@ class ReplayConfig(BaseModel):
 class TrainerConfig(BaseModel):
     learning_rate: float = 1e-6
     weight_decay: float = 0.0
-    clip_eps: float = 0.2
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = Field(0.2, description="DAPO's clip-higher uses 0.28.")
+    loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
+    kl_coef: float = Field(0.0, ge=0, description="KL penalty to the starting policy (k3 estimator).")
     grad_accum_steps: int = Field(4, ge=1, description="Micro-batches per update.")
     max_grad_norm: float = 1.0
     drop_zero_variance_groups: bool = Field(
@@ -100,6 +109,7 @@ class FlywheelConfig(BaseModel):
     store: StoreConfig = StoreConfig()
     sampler: SamplerConfig = SamplerConfig()
     replay: ReplayConfig = ReplayConfig()
+    reward: RewardConfig = RewardConfig()
     trainer: TrainerConfig = TrainerConfig()
 
     def with_run_id(self) -> "FlywheelConfig":

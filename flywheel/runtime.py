@@ -119,11 +119,11 @@ class Runtime:
 
             tag = f"v{self.policy_version}"
             if (self.checkpoint_dir / tag).is_dir():  # weights and optimizer state, exactly
-                self._trainer = GRPOTrainer(self.base_model, self.config.trainer)
+                self._trainer = GRPOTrainer(self.base_model, self.config.trainer, reference_dir=self.base_model)
                 self._trainer.load_checkpoint(self.checkpoint_dir, tag)
                 log.info("resumed the trainer from checkpoint %s", tag)
             else:
-                self._trainer = GRPOTrainer(self.policy_dir, self.config.trainer)
+                self._trainer = GRPOTrainer(self.policy_dir, self.config.trainer, reference_dir=self.base_model)
         return self._trainer
 
     def close(self) -> None:

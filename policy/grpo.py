@@ -5,8 +5,15 @@ Groups whose rewards are all equal have A = 0 everywhere and teach nothing; drop
 them (DAPO's dynamic-sampling idea, without resampling) saves the backward pass.
 
 Loss: per token, -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A) with
-ratio = exp(logp_new - logp_old), averaged over every completion token of the update
-("token-mean", as in DAPO), so long completions are not down-weighted per token.
+ratio = exp(logp_new - logp_old); DAPO raises eps_high above eps_low ("clip-higher") so
+unlikely tokens with positive advantage can grow. Aggregation is a weighted sum with
+per-token weights: "token_mean" (every completion token of the update counts the same,
+as in DAPO) or "seq_mean" (every completion counts the same, as in the GRPO paper).
+An optional KL penalty to a reference policy uses the k3 estimator
+exp(ref - new) - (ref - new) - 1, which is unbiased and never negative.
+
+Overlong penalty (DAPO's soft overlong punishment): 0 up to max_tokens - buffer, then
+falling linearly to -1 at max_tokens, so truncated rambling is discouraged smoothly.
 """
 
 from __future__ import annotations
@@ -37,26 +44,49 @@ def zero_variance_groups(rewards: list[float], group_ids: list[str]) -> set[str]
     return {g for g, values in seen.items() if len(values) == 1}
 
 
-def clipped_pg_loss_sum(
+def token_weights(lengths: list[int], aggregation: str) -> list[float]:
+    """Per-token weight of each completion so that the weighted sum is the mean."""
+    if aggregation == "token_mean":
+        total = max(1, sum(lengths))
+        return [1.0 / total] * len(lengths)
+    if aggregation == "seq_mean":
+        return [1.0 / (max(1, n) * len(lengths)) for n in lengths]
+    raise ValueError(f"aggregation must be 'token_mean' or 'seq_mean', not {aggregation!r}")
+
+
+def overlong_penalty(length: int, max_tokens: int, buffer: int) -> float:
+    if buffer <= 0 or length <= max_tokens - buffer:
+        return 0.0
+    return max(-1.0, (max_tokens - buffer - length) / buffer)
+
+
+def clipped_pg_loss(
     new_logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
-    mask: torch.Tensor,
+    weights: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict]:
-    """Sum over masked tokens of the clipped surrogate loss; the caller divides by the
-    update's token count. Shapes: [batch, tokens]; advantages [batch]."""
+    """Weighted sum over tokens of the clipped surrogate loss (+ kl_coef * KL).
+    Shapes: [batch, tokens]; advantages [batch]; weights are 0 off the completion."""
     ratio = torch.exp(new_logprobs - old_logprobs)
     adv = advantages.unsqueeze(-1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
-    mask = mask.to(per_token.dtype)
+    weights = weights.to(per_token.dtype)
+    mask = (weights > 0).to(per_token.dtype)
+    stats = {}
+    if ref_logprobs is not None and kl_coef > 0:
+        delta = ref_logprobs - new_logprobs
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + kl_coef * kl
+        stats["kl"] = float((kl.detach() * weights).sum())
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
-        stats = {
-            "clip_fraction": float(((unclipped != clipped).to(mask.dtype) * mask).sum() / n),
-            "ratio_mean": float((ratio * mask).sum() / n),
-        }
-    return (per_token * mask).sum(), stats
+        stats["clip_fraction"] = float(((unclipped != clipped).to(mask.dtype) * mask).sum() / n)
+        stats["ratio_mean"] = float((ratio * mask).sum() / n)
+    return (per_token * weights).sum(), stats

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from policy.grpo import clipped_pg_loss_sum
+from policy.grpo import clipped_pg_loss, token_weights
 from policy.logprobs import pad_batch, token_logprobs
 
 WEIGHT_FILES = (".safetensors", ".bin", "model.safetensors.index.json")
@@ -73,7 +73,9 @@ def micro_batches(samples: list[TrainSample], n: int) -> list[list[TrainSample]]
 
 
 class GRPOTrainer:
-    def __init__(self, model_dir: str, cfg, ds_config: dict | None = None):
+    def __init__(self, model_dir: str, cfg, ds_config: dict | None = None, reference_dir: str | None = None):
+        """`reference_dir`: the frozen policy for the KL penalty (default `model_dir`);
+        loaded only when `cfg.kl_coef` > 0."""
         self.device = _init_distributed()
         import deepspeed
         from transformers import AutoModelForCausalLM
@@ -85,6 +87,10 @@ class GRPOTrainer:
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.ds_config = ds_config or self.default_ds_config(cfg)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
+        self.reference = None
+        if cfg.kl_coef > 0:
+            ref = AutoModelForCausalLM.from_pretrained(reference_dir or model_dir, dtype=torch.float32)
+            self.reference = ref.eval().requires_grad_(False).to(self.device)
         self.steps = 0
 
     @staticmethod
@@ -102,42 +108,51 @@ class GRPOTrainer:
     def step(self, samples: list[TrainSample]) -> dict:
         if not samples:
             raise ValueError("an update needs at least one trajectory")
+        cfg = self.cfg
         gas = self.engine.gradient_accumulation_steps()
-        total_tokens = sum(len(s.completion_ids) for s in samples)
-        loss_total, padded, real, clip_fracs = 0.0, 0, 0, []
+        per_sample = token_weights([len(s.completion_ids) for s in samples], cfg.loss_aggregation)
+        weight_of = {id(s): w for s, w in zip(samples, per_sample)}
+        loss_total, padded, real, stats_seen = 0.0, 0, 0, []
         self.engine.train()
         for chunk in micro_batches(samples, gas):
-            weight = 1.0
+            scale = 1.0
             if not chunk:  # every micro-step must run (ZeRO-3 ranks step together)
-                chunk, weight = samples[:1], 0.0
+                chunk, scale = samples[:1], 0.0
             seqs = [s.prompt_ids + s.completion_ids for s in chunk]
             ids, mask = pad_batch(seqs)
             ids, mask = ids.to(self.device), mask.to(self.device)
             new_lp = token_logprobs(self.engine, ids, mask)
             old_lp = torch.zeros_like(new_lp)
-            cmask = torch.zeros_like(new_lp)
+            weights = torch.zeros_like(new_lp)
             for i, s in enumerate(chunk):
                 start = len(s.prompt_ids) - 1  # position t-1 predicts token t
                 end = start + len(s.completion_ids)
                 old_lp[i, start:end] = torch.tensor(s.old_logprobs, dtype=old_lp.dtype)
-                cmask[i, start:end] = 1
+                weights[i, start:end] = weight_of[id(s)] * scale
+            ref_lp = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_lp = token_logprobs(self.reference, ids, mask)
             adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
-            loss_sum, stats = clipped_pg_loss_sum(new_lp, old_lp, adv, cmask, self.cfg.clip_eps, self.cfg.clip_eps)
-            loss = loss_sum / max(1, total_tokens) * gas * weight
-            self.engine.backward(loss)
+            loss, stats = clipped_pg_loss(
+                new_lp, old_lp, adv, weights, cfg.clip_eps_low, cfg.clip_eps_high, ref_lp, cfg.kl_coef
+            )
+            self.engine.backward(loss * gas)  # DeepSpeed divides by the accumulation steps
             self.engine.step()
-            loss_total += loss_sum.item() * weight / max(1, total_tokens)
+            loss_total += loss.item()
             padded += ids.numel()
             real += int(mask.sum())
-            clip_fracs.append(stats["clip_fraction"])
+            stats_seen.append(stats)
         self.steps += 1
-        return {
+        metrics = {
             "loss": loss_total,
             "samples": len(samples),
-            "completion_tokens": total_tokens,
+            "completion_tokens": sum(len(s.completion_ids) for s in samples),
             "padding_fraction": 1 - real / max(1, padded),
-            "clip_fraction": sum(clip_fracs) / len(clip_fracs),
         }
+        for key in stats_seen[0]:
+            metrics[key] = sum(st[key] for st in stats_seen) / len(stats_seen)
+        return metrics
 
     @torch.no_grad()
     def logprobs(self, sequences: list[list[int]], prompt_lens: list[int]) -> list[list[float]]:

@@ -3,7 +3,8 @@ under its domain's verifier, all at once, and the Score lands on the record.
 
 A sandbox infrastructure failure is retried once per job and then recorded as the
 `error` verdict on that trajectory: it never fails the cycle. A verifier's verdict is
-never retried.
+never retried. Penalties (the domain's own, plus the optional overlong penalty) are
+kept in `reward_penalty` and already included in `reward`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from environments import Score, get_environment
 from environments.sandbox import Job
 from flywheel.progress import stage
+from policy.grpo import overlong_penalty
 from storage.schema import TaskSpec, Trajectory
 
 
@@ -37,6 +39,7 @@ def score(rt, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> list[Tra
                     res = rt.sandbox.run(jobs[i])
                 results[i] = res
             advance(len(idx))
+    max_tokens, buffer = rt.config.sampling.max_tokens, rt.config.reward.overlong_buffer
     scored = []
     for i, tr in enumerate(trajectories):
         env, spec = envs[tr.domain], by_id[tr.task_id]
@@ -52,9 +55,10 @@ def score(rt, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> list[Tra
             timings = {**json.loads(tr.timings_json), "verify_s": res.duration_s}
         else:
             sc, timings = jobs[i], json.loads(tr.timings_json)
+        overlong = overlong_penalty(len(tr.completion_token_ids), max_tokens, buffer)
         scored.append(dataclasses.replace(
-            tr, reward=sc.reward, reward_outcome=sc.outcome, reward_process=sc.process,
-            reward_penalty=sc.penalty, verdict=sc.verdict, error=sc.error,
+            tr, reward=sc.reward + overlong, reward_outcome=sc.outcome, reward_process=sc.process,
+            reward_penalty=sc.penalty + overlong, verdict=sc.verdict, error=sc.error,
             tests_passed=sc.tests_passed, tests_total=sc.tests_total, steps=steps,
             verifier_version=f"{env.name}-{env.version}", timings_json=json.dumps(timings),
         ))  # fmt: skip

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from policy.grpo import clipped_pg_loss_sum, group_advantages, zero_variance_groups
+from policy.grpo import clipped_pg_loss, group_advantages, overlong_penalty, token_weights, zero_variance_groups
 
 
 def test_group_advantages_by_hand():
@@ -31,19 +31,51 @@ def test_clipped_loss_by_hand():
     # min(1.6487*2, 1.2*2) = 2.4 -> -2.4. token 3 masked out.
     new = torch.tensor([[0.0, 0.5, 9.0]])
     old = torch.tensor([[0.0, 0.0, 0.0]])
-    loss, stats = clipped_pg_loss_sum(new, old, torch.tensor([2.0]), torch.tensor([[1, 1, 0]]), 0.2, 0.2)
+    loss, stats = clipped_pg_loss(new, old, torch.tensor([2.0]), torch.tensor([[1, 1, 0]]), 0.2, 0.2)
     assert loss.item() == pytest.approx(-4.4, abs=1e-5)
     assert stats["clip_fraction"] == pytest.approx(0.5)
 
 
 def test_clipped_loss_negative_advantage_keeps_pessimistic_side():
     # A = -1, ratio e^0.5 = 1.6487: min(-1.6487, -1.2) = -1.6487 -> loss +1.6487 (not clipped)
-    loss, _ = clipped_pg_loss_sum(torch.tensor([[0.5]]), torch.tensor([[0.0]]), torch.tensor([-1.0]), torch.tensor([[1]]))
+    loss, _ = clipped_pg_loss(torch.tensor([[0.5]]), torch.tensor([[0.0]]), torch.tensor([-1.0]), torch.tensor([[1]]))
     assert loss.item() == pytest.approx(math.exp(0.5), abs=1e-5)
 
 
 def test_gradient_pushes_up_positive_advantage():
     new = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    loss, _ = clipped_pg_loss_sum(new, new.detach(), torch.tensor([1.0]), torch.ones(1, 2))
+    loss, _ = clipped_pg_loss(new, new.detach(), torch.tensor([1.0]), torch.ones(1, 2))
     loss.backward()
     assert (new.grad < 0).all()  # gradient descent raises these logprobs
+
+
+def test_asymmetric_clip_lets_positive_advantage_grow_further():
+    # ratio e^0.2 = 1.221: clipped at 1.2 with eps_high 0.2, not with eps_high 0.28
+    args = (torch.tensor([[0.2]]), torch.tensor([[0.0]]), torch.tensor([1.0]), torch.tensor([[1.0]]))
+    sym, _ = clipped_pg_loss(*args, clip_low=0.2, clip_high=0.2)
+    dapo, _ = clipped_pg_loss(*args, clip_low=0.2, clip_high=0.28)
+    assert sym.item() == pytest.approx(-1.2) and dapo.item() == pytest.approx(-math.exp(0.2), abs=1e-6)
+
+
+def test_token_and_sequence_mean_weights():
+    assert token_weights([1, 3], "token_mean") == [0.25, 0.25]  # 4 tokens, each 1/4
+    assert token_weights([1, 3], "seq_mean") == [0.5, pytest.approx(1 / 6)]  # each sequence 1/2
+    with pytest.raises(ValueError, match="aggregation"):
+        token_weights([1], "mean")
+
+
+def test_kl_penalty_k3_by_hand():
+    # new = ref: KL term 0. ref - new = 0.5: exp(0.5) - 0.5 - 1 = 0.148721
+    new, old = torch.tensor([[0.0, -0.5]]), torch.tensor([[0.0, -0.5]])
+    ref = torch.tensor([[0.0, 0.0]])
+    loss, stats = clipped_pg_loss(new, old, torch.tensor([0.0]), torch.ones(1, 2), ref_logprobs=ref, kl_coef=2.0)
+    assert stats["kl"] == pytest.approx(math.exp(0.5) - 1.5, abs=1e-6)
+    assert loss.item() == pytest.approx(2.0 * (math.exp(0.5) - 1.5), abs=1e-6)
+
+
+def test_overlong_penalty_by_hand():
+    assert overlong_penalty(100, max_tokens=256, buffer=64) == 0.0
+    assert overlong_penalty(192, max_tokens=256, buffer=64) == 0.0
+    assert overlong_penalty(224, max_tokens=256, buffer=64) == pytest.approx(-0.5)
+    assert overlong_penalty(256, max_tokens=256, buffer=64) == -1.0
+    assert overlong_penalty(256, max_tokens=256, buffer=0) == 0.0

@@ -52,3 +52,14 @@ def test_export_reloads_to_the_same_logprobs(trainer, tmp_path):
 def test_empty_batch_is_refused(trainer):
     with pytest.raises(ValueError, match="at least one"):
         trainer.step([])
+
+
+def test_kl_penalty_to_the_starting_policy(tiny_model):
+    cfg = TrainerConfig(learning_rate=5e-3, grad_accum_steps=1, kl_coef=0.1, loss_aggregation="seq_mean", clip_eps_high=0.28)
+    trainer = GRPOTrainer(tiny_model, cfg)
+    prompt, completion = [1, 100, 200], [300, 301]
+    old = trainer.logprobs([prompt + completion], [len(prompt)])[0]
+    first = trainer.step([TrainSample(prompt, completion, old, 1.0)])
+    second = trainer.step([TrainSample(prompt, completion, old, 1.0)])
+    assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # still the starting policy
+    assert second["kl"] > 0  # moved away from it, and the penalty sees it
