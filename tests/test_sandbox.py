@@ -82,3 +82,22 @@ def test_map_keeps_order(box):
 def test_file_names_cannot_escape(box):
     res = box.run(Job(["python", "-c", "pass"], files={"../../etc/x": "no"}))
     assert res.error and "escapes" in res.error
+
+
+def test_process_backend_is_loudly_unsafe_but_keeps_limits():
+    from environments.sandbox.process import ProcessSandbox
+
+    with pytest.warns(UserWarning, match="WITHOUT isolation"):
+        box = ProcessSandbox(Limits(wall_s=1), 2)
+    assert not box.safe
+    assert box.run(Job(["python", "-c", "print(6 * 7)"])).stdout.strip() == "42"
+    assert box.run(Job(["python", "-c", "while True: pass"])).timed_out
+
+
+def test_make_sandbox_rejects_unknown_backends():
+    from environments.sandbox import make_sandbox
+    from flywheel.config import SandboxConfig
+
+    assert make_sandbox(SandboxConfig()).name == "bwrap"
+    with pytest.raises(ValueError):
+        make_sandbox(SandboxConfig.model_construct(backend="firejail"))

@@ -7,7 +7,10 @@ could not start) is reported in `ExecResult.error` so the caller can record or r
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -113,3 +116,28 @@ class Sandbox(ABC):
 def cap_output(data: bytes, limit: int) -> tuple[str, bool]:
     truncated = len(data) > limit
     return data[:limit].decode("utf-8", errors="replace"), truncated
+
+
+def spawn_and_collect(argv: list[str], stdin: str, limits: Limits, **popen_kwargs) -> ExecResult:
+    """Run argv in a new session; at the wall-clock limit kill its whole process group.
+    stdout/stderr go to host temp files (never pipes that could fill memory), of which
+    at most `limits.output_bytes` are read back."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
+            close_fds=True, **popen_kwargs,
+        )  # fmt: skip
+        timed_out = False
+        try:
+            proc.communicate(stdin.encode(), timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        duration = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, t1 = cap_output(out.read(limits.output_bytes + 1), limits.output_bytes)
+        stderr, t2 = cap_output(err.read(limits.output_bytes + 1), limits.output_bytes)
+    return ExecResult(proc.returncode, stdout, stderr, duration, timed_out=timed_out, truncated=t1 or t2)

@@ -17,14 +17,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, cap_output, rlimit_launcher
+from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, rlimit_launcher, spawn_and_collect
 
 NOBODY = 65534
 
@@ -79,34 +75,10 @@ class BwrapSandbox(Sandbox):
             for path in [workdir, *workdir.rglob("*")]:
                 os.chown(path, NOBODY, NOBODY)
         extra = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if self.drop_to_nobody else {}
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.monotonic()
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                env={},
-                start_new_session=True,
-                close_fds=True,
-                **extra,
-            )
-            timed_out = False
-            try:
-                proc.communicate(job.stdin.encode(), timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            duration = time.monotonic() - start
-            out.seek(0)
-            err.seek(0)
-            stdout, t1 = cap_output(out.read(limits.output_bytes + 1), limits.output_bytes)
-            stderr, t2 = cap_output(err.read(limits.output_bytes + 1), limits.output_bytes)
-        code = proc.returncode
-        if code is not None and code != 0 and "bwrap:" in stderr[:200] and not timed_out:
-            return ExecResult(code, stdout, stderr, duration, error=f"bwrap failed: {stderr.strip()[:300]}")
-        return ExecResult(code, stdout, stderr, duration, timed_out=timed_out, truncated=t1 or t2)
+        res = spawn_and_collect(argv, job.stdin, limits, env={}, **extra)
+        if res.exit_code not in (0, None) and "bwrap:" in res.stderr[:200] and not res.timed_out:
+            res.error = f"bwrap failed: {res.stderr.strip()[:300]}"  # the sandbox, not the code
+        return res
 
 
 def check_available(python: str = "/usr/bin/python3") -> str | None:

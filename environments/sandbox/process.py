@@ -7,16 +7,11 @@ never the default and it says so loudly when created.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 import warnings
 from pathlib import Path
 
-from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, cap_output, rlimit_launcher
+from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, rlimit_launcher, spawn_and_collect
 
 
 class ProcessSandbox(Sandbox):
@@ -33,22 +28,5 @@ class ProcessSandbox(Sandbox):
 
     def _execute(self, job: Job, workdir: Path, limits: Limits) -> ExecResult:
         argv = [*rlimit_launcher(self.python, limits), *[self.python if a == "python" else a for a in job.argv]]
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.monotonic()
-            proc = subprocess.Popen(
-                argv, cwd=workdir, stdin=subprocess.PIPE, stdout=out, stderr=err,
-                env={"PATH": "/usr/bin:/bin", "HOME": str(workdir)}, start_new_session=True,
-            )  # fmt: skip
-            timed_out = False
-            try:
-                proc.communicate(job.stdin.encode(), timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            duration = time.monotonic() - start
-            out.seek(0)
-            err.seek(0)
-            stdout, t1 = cap_output(out.read(limits.output_bytes + 1), limits.output_bytes)
-            stderr, t2 = cap_output(err.read(limits.output_bytes + 1), limits.output_bytes)
-        return ExecResult(proc.returncode, stdout, stderr, duration, timed_out, t1 or t2)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir)}
+        return spawn_and_collect(argv, job.stdin, limits, cwd=workdir, env=env)

@@ -1,0 +1,98 @@
+"""Update-step time: DeepSpeed ZeRO-3 (the flywheel's trainer) against plain torch on the
+same model and the same batch, one script, alternating (the machine is noisy).
+
+    .venv/bin/python bench/update.py [MODEL_DIR] [--samples 16] [--prompt 150] [--completion 100]
+
+Both run the same GRPO loss with AdamW; the batch is synthetic token ids (the cost of a
+step does not depend on what the tokens say). Prints seconds per step and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import torch
+
+
+def make_batch(vocab: int, samples: int, prompt: int, completion: int):
+    from policy.trainer import TrainSample
+
+    rng = random.Random(0)
+    batch = []
+    for i in range(samples):
+        p = [rng.randrange(vocab) for _ in range(prompt + rng.randint(-20, 20))]
+        c = [rng.randrange(vocab) for _ in range(completion + rng.randint(-30, 30))]
+        batch.append(TrainSample(p, c, [-2.0] * len(c), 1.0 if i % 2 else -1.0))
+    return batch
+
+
+class PlainTorchStep:
+    """The same loss and micro-batching on an unwrapped model with torch's AdamW."""
+
+    def __init__(self, model_dir: str, cfg):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate)
+        self.cfg = cfg
+
+    def step(self, samples):
+        from policy.grpo import clipped_pg_loss, token_weights
+        from policy.logprobs import pad_batch, token_logprobs
+        from policy.trainer import micro_batches
+
+        weights_of = dict(zip(map(id, samples), token_weights([len(s.completion_ids) for s in samples], "token_mean")))
+        self.opt.zero_grad()
+        for chunk in micro_batches(samples, self.cfg.grad_accum_steps):
+            if not chunk:
+                continue
+            ids, mask = pad_batch([s.prompt_ids + s.completion_ids for s in chunk])
+            new_lp = token_logprobs(self.model, ids, mask)
+            old_lp, weights = torch.zeros_like(new_lp), torch.zeros_like(new_lp)
+            for i, s in enumerate(chunk):
+                a, b = len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.completion_ids)
+                old_lp[i, a:b] = torch.tensor(s.old_logprobs)
+                weights[i, a:b] = weights_of[id(s)]
+            adv = torch.tensor([s.advantage for s in chunk])
+            loss, _ = clipped_pg_loss(new_lp, old_lp, adv, weights)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.opt.step()
+
+
+def main() -> None:
+    import flywheel  # noqa: F401
+    from flywheel.config import TrainerConfig
+    from flywheel.model_prep import resolve_model
+    from policy.trainer import GRPOTrainer
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=150)
+    ap.add_argument("--completion", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    model = resolve_model(args.model)
+    cfg = TrainerConfig(learning_rate=1e-6)
+    plain, zero3 = PlainTorchStep(model, cfg), GRPOTrainer(model, cfg)
+    batch = make_batch(plain.model.config.vocab_size, args.samples, args.prompt, args.completion)
+    times: dict[str, list[float]] = {"plain torch": [], "deepspeed zero-3": []}
+    for _ in range(args.steps):
+        for name, runner in (("plain torch", plain), ("deepspeed zero-3", zero3)):
+            t0 = time.perf_counter()
+            metrics = runner.step(batch)
+            times[name].append(time.perf_counter() - t0)
+    tokens = sum(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
+    print(f"batch: {len(batch)} sequences, {tokens} tokens, padding fraction {metrics['padding_fraction']:.3f}")
+    for name, ts in times.items():
+        print(f"{name:18s} {statistics.median(ts):7.2f} s/step (median of {len(ts)})")
+    ratio = statistics.median(times["deepspeed zero-3"]) / statistics.median(times["plain torch"])
+    print(f"ratio zero-3 / plain torch: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
