@@ -46,7 +46,7 @@ class PlainTorchStep:
 
         weights_of = dict(zip(map(id, samples), token_weights([len(s.completion_ids) for s in samples], "token_mean")))
         self.opt.zero_grad()
-        for chunk in micro_batches(samples, self.cfg.grad_accum_steps):
+        for chunk in micro_batches(samples, self.cfg.micro_batch_tokens):
             if not chunk:
                 continue
             ids, mask = pad_batch([s.prompt_ids + s.completion_ids for s in chunk])

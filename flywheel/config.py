@@ -88,7 +88,10 @@ class TrainerConfig(BaseModel):
     clip_eps_high: float = Field(0.2, description="DAPO's clip-higher uses 0.28.")
     loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     kl_coef: float = Field(0.0, ge=0, description="KL penalty to the starting policy (k3 estimator).")
-    grad_accum_steps: int = Field(4, ge=1, description="Micro-batches per update.")
+    micro_batch_tokens: int = Field(
+        4096, ge=1, description="Padded tokens per micro-batch; gradients accumulate over them."
+    )
+    ds_config: str | None = Field(None, description="A DeepSpeed JSON config (default: policy/ds_zero3.json).")
     max_grad_norm: float = 1.0
     drop_zero_variance_groups: bool = Field(
         True, description="Groups whose rewards are all equal carry no GRPO signal."

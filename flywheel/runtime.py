@@ -112,9 +112,14 @@ class Runtime:
 
     @property
     def trainer(self):
-        """Started on first use, after the engine: vLLM forks its workers first."""
+        return self.get_trainer()
+
+    def get_trainer(self, start_engine: bool = True):
+        """Started on first use. When the run also generates, the engine starts first:
+        vLLM forks its workers before DeepSpeed sets up torch.distributed."""
         if self._trainer is None:
-            self.engine  # noqa: B018  (start order matters)
+            if start_engine:
+                self.engine  # noqa: B018  (start order matters)
             from policy.trainer import GRPOTrainer
 
             tag = f"v{self.policy_version}"

@@ -90,3 +90,9 @@ def clipped_pg_loss(
         stats["clip_fraction"] = float(((unclipped != clipped).to(mask.dtype) * mask).sum() / n)
         stats["ratio_mean"] = float((ratio * mask).sum() / n)
     return (per_token * weights).sum(), stats
+
+
+def nll_loss(new_logprobs: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Supervised fine-tuning: weighted negative log-likelihood of the completion tokens."""
+    weights = weights.to(new_logprobs.dtype)
+    return -(new_logprobs * weights).sum(), {}

@@ -1,10 +1,14 @@
 """The GRPO update on DeepSpeed ZeRO-3: one process on CPU (gloo), many with a launcher.
 
-One `step` is one optimizer step over a batch of trajectories. The batch is sorted by
-length and cut into `grad_accum_steps` micro-batches of similar token counts, which keeps
-padding low; the loss is a token-mean over the whole batch (each micro-batch's sum is
-divided by the batch's token count and multiplied back by the accumulation steps that
-DeepSpeed divides by).
+One `step` is one optimizer step over a batch of trajectories. Each rank takes every
+world_size-th sample, sorts its share by length and packs it into micro-batches of at
+most `micro_batch_tokens` padded tokens (few sequences of very different lengths share
+a micro-batch, so little of it is padding). DeepSpeed runs with
+`managed_gradient_accumulation: false`: every micro-batch's backward accumulates, and
+the one `step()` reduces and updates, so the number of micro-batches can vary per
+update. Ranks pad their micro-batch count to the largest (ZeRO-3 needs every rank in
+every forward). Loss weights are computed over the whole batch, so the update is the
+same whatever the budget or the number of ranks (tests/test_trainer.py checks it).
 
 The optimizer is a client `torch.optim.AdamW`, so no DeepSpeed op has to compile.
 Weights leave the trainer as a plain HF safetensors dir (`export`), which both the
@@ -14,6 +18,7 @@ run resume exactly.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -23,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from policy.grpo import clipped_pg_loss, token_weights
+from policy.grpo import clipped_pg_loss, nll_loss, token_weights
 from policy.logprobs import pad_batch, token_logprobs
 
 WEIGHT_FILES = (".safetensors", ".bin", "model.safetensors.index.json")
@@ -59,17 +64,26 @@ def _init_distributed() -> str:
     return "cuda" if cuda else "cpu"
 
 
-def micro_batches(samples: list[TrainSample], n: int) -> list[list[TrainSample]]:
-    """`n` length-sorted chunks of near-equal token counts (some may be empty)."""
+def micro_batches(samples: list[TrainSample], max_tokens: int) -> list[list[TrainSample]]:
+    """Length-sorted micro-batches of at most `max_tokens` padded tokens (at least one
+    sequence each)."""
     ordered = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-    total = sum(len(s.prompt_ids) + len(s.completion_ids) for s in ordered)
-    chunks: list[list[TrainSample]] = [[] for _ in range(n)]
-    acc = 0
+    batches: list[list[TrainSample]] = []
     for s in ordered:
-        idx = min(n - 1, acc * n // max(1, total))
-        chunks[idx].append(s)
-        acc += len(s.prompt_ids) + len(s.completion_ids)
-    return chunks
+        length = len(s.prompt_ids) + len(s.completion_ids)
+        if batches and (len(batches[-1]) + 1) * length <= max_tokens:  # sorted: length is the max
+            batches[-1].append(s)
+        else:
+            batches.append([s])
+    return batches
+
+
+def _max_over_ranks(value: int) -> int:
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return value
+    t = torch.tensor([value])
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return int(t.item())
 
 
 class GRPOTrainer:
@@ -95,28 +109,33 @@ class GRPOTrainer:
 
     @staticmethod
     def default_ds_config(cfg) -> dict:
-        return {
-            "train_micro_batch_size_per_gpu": 1,
-            "gradient_accumulation_steps": cfg.grad_accum_steps,
-            "gradient_clipping": cfg.max_grad_norm,
-            "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": False},
-            "bf16": {"enabled": bool(cfg.bf16)},
-            "zero_allow_untested_optimizer": True,
-            "steps_per_print": 10**9,
-        }
+        """policy/ds_zero3.json (or `cfg.ds_config`), with the trainer's clipping and bf16."""
+        path = cfg.ds_config or str(Path(__file__).with_name("ds_zero3.json"))
+        with open(path) as f:
+            ds_config = json.load(f)
+        ds_config["gradient_clipping"] = cfg.max_grad_norm
+        ds_config.setdefault("bf16", {})["enabled"] = bool(cfg.bf16)
+        return ds_config
 
-    def step(self, samples: list[TrainSample]) -> dict:
+    def step(self, samples: list[TrainSample], objective: str = "grpo") -> dict:
+        """One optimizer step. objective "grpo": the clipped policy-gradient loss with the
+        samples' advantages; "sft": the likelihood of the completions (advantages unused)."""
+        if objective not in ("grpo", "sft"):
+            raise ValueError(f"objective must be 'grpo' or 'sft', not {objective!r}")
         if not samples:
             raise ValueError("an update needs at least one trajectory")
         cfg = self.cfg
-        gas = self.engine.gradient_accumulation_steps()
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
         per_sample = token_weights([len(s.completion_ids) for s in samples], cfg.loss_aggregation)
         weight_of = {id(s): w for s, w in zip(samples, per_sample)}
+        chunks = micro_batches(samples[rank::world], cfg.micro_batch_tokens)
+        chunks += [[]] * (_max_over_ranks(len(chunks)) - len(chunks))
         loss_total, padded, real, stats_seen = 0.0, 0, 0, []
         self.engine.train()
-        for chunk in micro_batches(samples, gas):
-            scale = 1.0
-            if not chunk:  # every micro-step must run (ZeRO-3 ranks step together)
+        for chunk in chunks:
+            scale = float(world)  # DeepSpeed averages gradients over ranks; we want the sum
+            if not chunk:  # every rank runs every forward (ZeRO-3 gathers parameters in it)
                 chunk, scale = samples[:1], 0.0
             seqs = [s.prompt_ids + s.completion_ids for s in chunk]
             ids, mask = pad_batch(seqs)
@@ -129,25 +148,30 @@ class GRPOTrainer:
                 end = start + len(s.completion_ids)
                 old_lp[i, start:end] = torch.tensor(s.old_logprobs, dtype=old_lp.dtype)
                 weights[i, start:end] = weight_of[id(s)] * scale
-            ref_lp = None
-            if self.reference is not None:
-                with torch.no_grad():
-                    ref_lp = token_logprobs(self.reference, ids, mask)
-            adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
-            loss, stats = clipped_pg_loss(
-                new_lp, old_lp, adv, weights, cfg.clip_eps_low, cfg.clip_eps_high, ref_lp, cfg.kl_coef
-            )
-            self.engine.backward(loss * gas)  # DeepSpeed divides by the accumulation steps
-            self.engine.step()
-            loss_total += loss.item()
-            padded += ids.numel()
-            real += int(mask.sum())
+            if objective == "sft":
+                loss, stats = nll_loss(new_lp, weights)
+            else:
+                ref_lp = None
+                if self.reference is not None:
+                    with torch.no_grad():
+                        ref_lp = token_logprobs(self.reference, ids, mask)
+                adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
+                loss, stats = clipped_pg_loss(
+                    new_lp, old_lp, adv, weights, cfg.clip_eps_low, cfg.clip_eps_high, ref_lp, cfg.kl_coef
+                )
+            self.engine.backward(loss, scale_wrt_gas=False)
+            loss_total += loss.item() / world
+            padded += ids.numel() if scale else 0
+            real += int(mask.sum()) if scale else 0
             stats_seen.append(stats)
+        self.engine.step()
         self.steps += 1
         metrics = {
             "loss": loss_total,
             "samples": len(samples),
+            "micro_batches": len(chunks),
             "completion_tokens": sum(len(s.completion_ids) for s in samples),
+            "tokens": real,  # on this rank, padding excluded
             "padding_fraction": 1 - real / max(1, padded),
         }
         for key in stats_seen[0]:
@@ -169,6 +193,8 @@ class GRPOTrainer:
         module = self.engine.module
         with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
             state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+        if getattr(module.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)  # the clones are no longer shared: keep one copy
         if int(os.environ.get("RANK", "0")) == 0:
             tmp = out_dir.with_name(out_dir.name + ".partial")
             shutil.rmtree(tmp, ignore_errors=True)

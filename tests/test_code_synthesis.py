@@ -103,3 +103,12 @@ def test_bad_or_hostile_answers_score_zero(box, body, verdict):
     entry = json.loads(task.verifier_json)["entry"]
     score = verify(box, task, body.format(entry=entry))
     assert score.reward == 0.0 and score.verdict == verdict, score
+
+
+def test_a_broken_sandbox_is_an_error_verdict_not_a_crash():
+    from environments.sandbox import ExecResult
+
+    task = env.make_tasks("train", 1, 0, 1)[0]
+    job = env.verification_job(task, lookup_solution(task))
+    score = env.score(task, job, ExecResult(None, "", "", 0.1, error="bwrap failed: no user namespace"))
+    assert (score.reward, score.verdict) == (0.0, "error") and "bwrap failed" in score.error

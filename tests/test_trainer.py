@@ -8,17 +8,19 @@ from flywheel.config import TrainerConfig
 from policy.trainer import GRPOTrainer, TrainSample, micro_batches
 
 
-def test_micro_batches_are_length_sorted_and_cover_everything():
+def test_micro_batches_respect_the_token_budget():
     samples = [TrainSample([1] * n, [2] * n, [0.0] * n, 0.0) for n in (9, 1, 5, 3, 7, 2)]
-    chunks = micro_batches(samples, 3)
+    chunks = micro_batches(samples, max_tokens=20)
     assert sorted(len(s.prompt_ids) for c in chunks for s in c) == [1, 2, 3, 5, 7, 9]
-    lengths = [[len(s.prompt_ids) for s in c] for c in chunks]
-    assert all(a == sorted(a) for a in lengths) and max(lengths[0]) <= min(lengths[-1])
+    for chunk in chunks:
+        lengths = [2 * len(s.prompt_ids) for s in chunk]
+        assert lengths == sorted(lengths) and (len(chunk) == 1 or len(chunk) * max(lengths) <= 20)
+    assert len(micro_batches(samples, max_tokens=10**6)) == 1
 
 
 @pytest.fixture(scope="module")
 def trainer(tiny_model):
-    return GRPOTrainer(tiny_model, TrainerConfig(learning_rate=5e-3, grad_accum_steps=2))
+    return GRPOTrainer(tiny_model, TrainerConfig(learning_rate=5e-3, micro_batch_tokens=12))
 
 
 def test_step_follows_the_advantages(trainer):
@@ -55,7 +57,7 @@ def test_empty_batch_is_refused(trainer):
 
 
 def test_kl_penalty_to_the_starting_policy(tiny_model):
-    cfg = TrainerConfig(learning_rate=5e-3, grad_accum_steps=1, kl_coef=0.1, loss_aggregation="seq_mean", clip_eps_high=0.28)
+    cfg = TrainerConfig(learning_rate=5e-3, kl_coef=0.1, loss_aggregation="seq_mean", clip_eps_high=0.28)
     trainer = GRPOTrainer(tiny_model, cfg)
     prompt, completion = [1, 100, 200], [300, 301]
     old = trainer.logprobs([prompt + completion], [len(prompt)])[0]
@@ -63,3 +65,18 @@ def test_kl_penalty_to_the_starting_policy(tiny_model):
     second = trainer.step([TrainSample(prompt, completion, old, 1.0)])
     assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # still the starting policy
     assert second["kl"] > 0  # moved away from it, and the penalty sees it
+
+
+def test_update_does_not_depend_on_the_micro_batch_budget(tiny_model):
+    """Same batch, one micro-batch vs one per sequence: the same weights after a step."""
+    batch = [
+        TrainSample([1, 100 + i, 200], [300 + i] * (2 + i), [-3.0] * (2 + i), (-1.0) ** i) for i in range(4)
+    ]
+    results = []
+    for budget in (10**6, 1):
+        trainer = GRPOTrainer(tiny_model, TrainerConfig(learning_rate=1e-2, micro_batch_tokens=budget))
+        metrics = trainer.step(batch)
+        results.append((metrics["micro_batches"], trainer.logprobs([[1, 2, 3, 4, 5]], [1])[0]))
+    (n_big, lp_big), (n_small, lp_small) = results
+    assert (n_big, n_small) == (1, 4)
+    assert lp_small == pytest.approx(lp_big, abs=1e-4)

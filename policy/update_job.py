@@ -1,0 +1,61 @@
+"""One update as a standalone job, for several DeepSpeed ranks on one or many machines.
+
+The flywheel on one CPU runs its update in-process. With more ranks, launch this with
+torchrun or the deepspeed launcher (a hostfile for several nodes); every rank reads the
+cycle's committed trajectories from the lake, takes its share, and rank 0 exports the
+new weights (and, with --checkpoint-dir, the DeepSpeed checkpoint that the next
+update resumes from):
+
+    torchrun --nproc_per_node 2 -m policy.update_job --lake runs/R/lake --run-id R \\
+        --cycle 0 --model MODEL_DIR --out runs/R/policy/v1 [--checkpoint-dir D --tag v1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import pyarrow.compute as pc
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lake", required=True)
+    ap.add_argument("--endpoint")
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--cycle", type=int, required=True)
+    ap.add_argument("--model", required=True, help="the weights this update starts from")
+    ap.add_argument("--out", required=True, help="where rank 0 exports the new HF dir")
+    ap.add_argument("--config", help="a flywheel YAML config (its trainer section is used)")
+    ap.add_argument("--checkpoint-dir")
+    ap.add_argument("--resume-tag", help="load this DeepSpeed checkpoint first")
+    ap.add_argument("--tag", help="save a DeepSpeed checkpoint under this tag")
+    args = ap.parse_args(argv)
+
+    import flywheel  # noqa: F401  (offline defaults)
+    from flywheel.config import FlywheelConfig
+    from policy.trainer import GRPOTrainer
+    from storage.lake import Lake
+    from tasks.update import build_batch
+
+    config = FlywheelConfig.from_yaml(args.config) if args.config else FlywheelConfig()
+    table = Lake(args.lake, args.endpoint).trajectories(args.run_id, cycles=[args.cycle])
+    table = table.filter(pc.equal(table["split"], "train"))
+    samples, stats = build_batch(table, config.trainer.drop_zero_variance_groups)
+    if not samples:
+        raise SystemExit("no trajectory with a learning signal in this cycle")
+    trainer = GRPOTrainer(args.model, config.trainer)
+    if args.resume_tag:
+        trainer.load_checkpoint(args.checkpoint_dir, args.resume_tag)
+    metrics = {**stats, **trainer.step(samples), "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
+    trainer.export(args.out)
+    if args.tag:
+        trainer.save_checkpoint(args.checkpoint_dir, args.tag)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print("UPDATE " + json.dumps(metrics), flush=True)
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""SFT cold start: demonstrations from a JSONL file (malformed rows quarantined) make
+the demonstrated answers likelier, and the result becomes the run's next policy."""
+
+import json
+
+import pytest
+
+from flywheel.config import FlywheelConfig
+
+pytestmark = pytest.mark.integration
+
+
+def test_sft_from_jsonl(tiny_model, tmp_path, prefect_server):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from flows.sft import demonstrations_from_file, sft
+    from policy.logprobs import sequence_logprobs
+
+    data = tmp_path / "demos.jsonl"
+    good = [{"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": f"{w} {w} {w}"}]}
+            for w in ("red", "green", "blue", "gold")]  # fmt: skip
+    bad = [{"messages": [{"role": "user", "content": "no answer"}]}, {"prompt": "wrong shape"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in good + bad) + "{not json\n")
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    examples, quarantined = demonstrations_from_file(str(data), tok)
+    assert len(examples) == 4 and len(quarantined) == 3
+    assert tok.decode(examples[0][1]).startswith("red red red")
+
+    def demo_logprob(model_dir):
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        return sum(sum(lp) for lp in sequence_logprobs(model, [p + c for p, c in examples], [len(p) for p, _ in examples]))
+
+    cfg = FlywheelConfig(run_id="sft", runs_dir=str(tmp_path / "runs"), model={"path": tiny_model})
+    result = sft(cfg, data_path=str(data), epochs=4, batch_size=2, learning_rate=3e-3)
+    assert result["examples"] == 4 and result["quarantined"] == 3 and result["policy_version"] == 1
+    assert result["last_loss"] < result["first_loss"]
+    manifest = json.loads((cfg.run_dir / "policy" / "manifest.json").read_text())
+    assert manifest["version"] == 1
+    assert demo_logprob(manifest["dir"]) > demo_logprob(tiny_model) + 1.0
+    assert len((cfg.run_dir / "quarantine" / "sft-demos.jsonl").read_text().splitlines()) == 3

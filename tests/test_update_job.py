@@ -1,0 +1,57 @@
+"""The standalone update job: two DeepSpeed ranks (torchrun, gloo, CPU) make the same
+update as one rank from the same committed cycle."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from environments import get_environment
+from storage.lake import Lake
+
+from .conftest import free_port
+from .test_lake import make_trajectories
+
+pytestmark = pytest.mark.integration
+
+
+def run_job(nproc: int, lake: str, model: str, out: str, config: str) -> str:
+    args = ["--lake", lake, "--run-id", "r", "--cycle", "0", "--model", model, "--out", out, "--config", config]
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "policy.update_job", *args]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+               "--master_port", str(free_port()), "-m", "policy.update_job", *args]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+def test_two_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tasks = get_environment("code").make_tasks("train", 1, 0, 3)
+    trajs = make_trajectories("r", 0, tasks, {t.task_id: [1.0, 0.0] for t in tasks})
+    for i, tr in enumerate(trajs):  # real token ids of varied lengths
+        tr.prompt_token_ids = tok(f"question {i}", add_special_tokens=False)["input_ids"]
+        tr.completion_token_ids = tok(" answer" * (1 + i), add_special_tokens=False)["input_ids"]
+        tr.completion_logprobs = [-5.0] * len(tr.completion_token_ids)
+    lake = str(tmp_path / "lake")
+    Lake(lake).commit_cycle("r", 0, tasks, trajs)
+    config = tmp_path / "config.yaml"
+    config.write_text("trainer:\n  learning_rate: 0.001\n")
+    out1 = run_job(1, lake, tiny_model, str(tmp_path / "one"), str(config))
+    out2 = run_job(2, lake, tiny_model, str(tmp_path / "two"), str(config))
+    assert '"world_size": 1' in out1 and '"world_size": 2' in out2
+    one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    base = load_file(f"{tiny_model}/model.safetensors")
+    key = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(one[key], base[key])  # the update moved the weights
+    for name in one:  # Adam normalises each step to ~lr, so compare against the step size
+        step = (one[name] - base[name]).abs().max()
+        assert (one[name] - two[name]).abs().max() <= 0.02 * step + 1e-7, name
