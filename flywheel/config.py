@@ -96,7 +96,7 @@ class TrainerConfig(BaseModel):
     drop_zero_variance_groups: bool = Field(
         True, description="Groups whose rewards are all equal carry no GRPO signal."
     )
-    bf16: bool = False
+    bf16: bool | None = Field(None, description="Empty: bf16 where the GPU supports it, fp32 on CPU.")
     save_checkpoints: bool = True
 
 

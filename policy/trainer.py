@@ -114,7 +114,8 @@ class GRPOTrainer:
         with open(path) as f:
             ds_config = json.load(f)
         ds_config["gradient_clipping"] = cfg.max_grad_norm
-        ds_config.setdefault("bf16", {})["enabled"] = bool(cfg.bf16)
+        bf16 = cfg.bf16 if cfg.bf16 is not None else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        ds_config.setdefault("bf16", {})["enabled"] = bool(bf16)  # fp32 on CPU: exact logprob sync
         return ds_config
 
     def step(self, samples: list[TrainSample], objective: str = "grpo") -> dict:

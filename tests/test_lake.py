@@ -96,3 +96,15 @@ def test_s3_lake_on_seaweedfs(seaweedfs):
 def test_unreachable_s3_endpoint_is_named():
     with pytest.raises(LakeError, match="127.0.0.1:9"):
         Lake("s3://bucket/x", endpoint="http://127.0.0.1:9")
+
+
+def test_sft_demonstrations_from_the_lake_are_passing_and_unique(tmp_path):
+    from flows.sft import demonstrations_from_lake
+
+    lake = Lake(str(tmp_path / "lake"))
+    tasks = env.make_tasks("train", 1, 0, 2)
+    trajs = make_trajectories("r", 0, tasks, {tasks[0].task_id: [1.0, 1.0], tasks[1].task_id: [0.5, 0.0]})
+    trajs[1].completion_token_ids = [4, 5]  # two different passing answers to task 0
+    lake.commit_cycle("r", 0, tasks, trajs)
+    demos = demonstrations_from_lake(lake, "r", min_reward=1.0)
+    assert sorted(c for _, c in demos) == [[3], [4, 5]]
