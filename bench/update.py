@@ -1,10 +1,12 @@
 """Update-step time: DeepSpeed ZeRO-3 (the flywheel's trainer) against plain torch on the
 same model and the same batch, one script, alternating (the machine is noisy).
 
-    .venv/bin/python bench/update.py [MODEL_DIR] [--samples 16] [--prompt 150] [--completion 100]
+    .venv/bin/python bench/update.py [MODEL_DIR] [--samples 16] [--budgets 1024,4096]
 
 Both run the same GRPO loss with AdamW; the batch is synthetic token ids (the cost of a
-step does not depend on what the tokens say). Prints seconds per step and the ratio.
+step does not depend on what the tokens say) with prompt and completion lengths spread
+like a default cycle's. Prints seconds per step and the ratio, then the ZeRO-3 step at
+other micro-batch token budgets with their padding fractions.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ def make_batch(vocab: int, samples: int, prompt: int, completion: int):
     rng = random.Random(0)
     batch = []
     for i in range(samples):
-        p = [rng.randrange(vocab) for _ in range(prompt + rng.randint(-20, 20))]
-        c = [rng.randrange(vocab) for _ in range(completion + rng.randint(-30, 30))]
+        p = [rng.randrange(vocab) for _ in range(prompt + rng.randint(-40, 40))]
+        c = [rng.randrange(vocab) for _ in range(rng.randint(20, 2 * completion))]
         batch.append(TrainSample(p, c, [-2.0] * len(c), 1.0 if i % 2 else -1.0))
     return batch
 
@@ -75,6 +77,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=150)
     ap.add_argument("--completion", type=int, default=100)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--budgets", default="", help="comma-separated micro_batch_tokens to time as well")
     args = ap.parse_args()
     model = resolve_model(args.model)
     cfg = TrainerConfig(learning_rate=1e-6)
@@ -91,7 +94,16 @@ def main() -> None:
     for name, ts in times.items():
         print(f"{name:18s} {statistics.median(ts):7.2f} s/step (median of {len(ts)})")
     ratio = statistics.median(times["deepspeed zero-3"]) / statistics.median(times["plain torch"])
-    print(f"ratio zero-3 / plain torch: {ratio:.2f}x")
+    print(f"ratio zero-3 / plain torch: {ratio:.2f}x (micro_batch_tokens {cfg.micro_batch_tokens})")
+    for budget in [int(b) for b in args.budgets.split(",") if b]:
+        zero3.cfg = cfg.model_copy(update={"micro_batch_tokens": budget})
+        ts = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            metrics = zero3.step(batch)
+            ts.append(time.perf_counter() - t0)
+        print(f"zero-3 at micro_batch_tokens {budget:6d}: {statistics.median(ts):7.2f} s/step, "
+              f"{metrics['micro_batches']} micro-batches, padding {metrics['padding_fraction']:.3f}")
 
 
 if __name__ == "__main__":

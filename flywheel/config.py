@@ -89,7 +89,7 @@ class TrainerConfig(BaseModel):
     loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     kl_coef: float = Field(0.0, ge=0, description="KL penalty to the starting policy (k3 estimator).")
     micro_batch_tokens: int = Field(
-        4096, ge=1, description="Padded tokens per micro-batch; gradients accumulate over them."
+        2048, ge=1, description="Padded tokens per micro-batch; gradients accumulate over them."
     )
     ds_config: str | None = Field(None, description="A DeepSpeed JSON config (default: policy/ds_zero3.json).")
     max_grad_norm: float = 1.0

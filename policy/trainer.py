@@ -2,8 +2,8 @@
 
 One `step` is one optimizer step over a batch of trajectories. Each rank takes every
 world_size-th sample, sorts its share by length and packs it into micro-batches of at
-most `micro_batch_tokens` padded tokens (few sequences of very different lengths share
-a micro-batch, so little of it is padding). DeepSpeed runs with
+most `micro_batch_tokens` padded tokens, cut where padding plus a per-micro-batch cost
+is least. DeepSpeed runs with
 `managed_gradient_accumulation: false`: every micro-batch's backward accumulates, and
 the one `step()` reduces and updates, so the number of micro-batches can vary per
 update. Ranks pad their micro-batch count to the largest (ZeRO-3 needs every rank in
@@ -64,18 +64,27 @@ def _init_distributed() -> str:
     return "cuda" if cuda else "cpu"
 
 
-def micro_batches(samples: list[TrainSample], max_tokens: int) -> list[list[TrainSample]]:
+def micro_batches(samples: list[TrainSample], max_tokens: int, overhead_tokens: int = 64) -> list[list[TrainSample]]:
     """Length-sorted micro-batches of at most `max_tokens` padded tokens (at least one
-    sequence each)."""
+    sequence each), cut where they cost least: each micro-batch costs its padded size
+    plus `overhead_tokens` (a fixed cost per forward/backward), minimised exactly by
+    dynamic programming over the sorted lengths."""
     ordered = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-    batches: list[list[TrainSample]] = []
-    for s in ordered:
-        length = len(s.prompt_ids) + len(s.completion_ids)
-        if batches and (len(batches[-1]) + 1) * length <= max_tokens:  # sorted: length is the max
-            batches[-1].append(s)
-        else:
-            batches.append([s])
-    return batches
+    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in ordered]
+    best = [0.0] + [float("inf")] * len(ordered)  # best[j]: cheapest packing of ordered[:j]
+    cut = [0] * (len(ordered) + 1)
+    for j in range(1, len(ordered) + 1):
+        for i in range(j - 1, -1, -1):  # the last micro-batch is ordered[i:j]; its max is lengths[j-1]
+            if j - i > 1 and (j - i) * lengths[j - 1] > max_tokens:
+                break
+            cost = best[i] + (j - i) * lengths[j - 1] + overhead_tokens
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    batches, j = [], len(ordered)
+    while j > 0:
+        batches.append(ordered[cut[j] : j])
+        j = cut[j]
+    return batches[::-1]
 
 
 def _max_over_ranks(value: int) -> int:

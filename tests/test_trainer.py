@@ -80,3 +80,10 @@ def test_update_does_not_depend_on_the_micro_batch_budget(tiny_model):
     (n_big, lp_big), (n_small, lp_small) = results
     assert (n_big, n_small) == (1, 4)
     assert lp_small == pytest.approx(lp_big, abs=1e-4)
+
+
+def test_micro_batches_cut_where_padding_is_least():
+    lengths = [10, 10, 10, 100, 100]  # greedy filling would put a 10 with the 100s
+    samples = [TrainSample([1] * n, [], [], 0.0) for n in lengths]
+    chunks = micro_batches(samples, max_tokens=1000, overhead_tokens=5)
+    assert [[len(s.prompt_ids) for s in c] for c in chunks] == [[10, 10, 10], [100, 100]]
