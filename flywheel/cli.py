@@ -113,6 +113,70 @@ def server(
     up(port=port, worker=worker, say=typer.echo)
 
 
+def _open_lake(run_id: Optional[str], store: Optional[str], s3_endpoint: Optional[str], runs_dir: str):
+    from storage.lake import Lake
+
+    if not store and not run_id:
+        typer.secho("give --run-id (its lake under the runs dir) or --store", fg="red", err=True)
+        raise typer.Exit(2)
+    return Lake(store or str(Path(runs_dir).absolute() / run_id / "lake"), s3_endpoint)
+
+
+def _print_query(con, sql: str, params: list | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cur = con.execute(sql, params or [])
+    table = Table()
+    for d in cur.description:
+        table.add_column(d[0])
+    for row in cur.fetchall():
+        table.add_row(*[str(v) for v in row])
+    Console().print(table)
+
+
+@app.command()
+def query(
+    sql: str = typer.Argument(..., help="DuckDB SQL over the views `trajectories` and `tasks`."),
+    run_id: Optional[str] = typer.Option(None, help="Only this run (and its lake under --runs-dir)."),
+    store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
+    s3_endpoint: Optional[str] = typer.Option(None),
+    runs_dir: str = typer.Option("runs"),
+):
+    """Run SQL over the lake's committed trajectories and tasks; print a table."""
+    import duckdb
+
+    from storage.query import connect
+
+    lake = _open_lake(run_id, store, s3_endpoint, runs_dir)
+    try:
+        _print_query(connect(lake, run_id), sql)
+    except duckdb.Error as exc:
+        typer.secho(f"query failed: {exc}", fg="red", err=True)
+        raise typer.Exit(2)
+
+
+REPORT_SQL = """
+SELECT run_id, cycle, domain, level, count(DISTINCT task_id) AS tasks, count(*) AS trajectories,
+       round(avg(reward), 4) AS mean_reward, round(avg((verdict = 'pass')::INT), 4) AS pass_rate,
+       count(DISTINCT task_id) FILTER (WHERE origin = 'replay') AS replayed
+FROM trajectories GROUP BY ALL ORDER BY run_id, cycle, domain, level
+"""
+
+
+@app.command()
+def report(
+    run_id: Optional[str] = typer.Option(None, help="Only this run (and its lake under --runs-dir)."),
+    store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
+    s3_endpoint: Optional[str] = typer.Option(None),
+    runs_dir: str = typer.Option("runs"),
+):
+    """Reward and pass rate per run, cycle, domain and level."""
+    from storage.query import connect
+
+    _print_query(connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id), REPORT_SQL)
+
+
 @app.command("prepare-model")
 def prepare_model(cache_dir: Optional[str] = typer.Option(None, help="Where to keep converted models.")):
     """Convert the shipped SmolLM2 GGUF into an HF dir (done automatically on first run)."""

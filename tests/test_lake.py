@@ -108,3 +108,21 @@ def test_sft_demonstrations_from_the_lake_are_passing_and_unique(tmp_path):
     lake.commit_cycle("r", 0, tasks, trajs)
     demos = demonstrations_from_lake(lake, "r", min_reward=1.0)
     assert sorted(c for _, c in demos) == [[3], [4, 5]]
+
+
+def test_cli_query_and_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from flywheel.cli import app
+
+    lake = Lake(str(tmp_path / "r" / "lake"))
+    tasks = env.make_tasks("train", 2, 0, 2)
+    lake.commit_cycle("r", 0, tasks, make_trajectories("r", 0, tasks, {t.task_id: [1.0, 0.25] for t in tasks}))
+    runner = CliRunner()
+    res = runner.invoke(app, ["query", "SELECT count(*) AS n, max(reward) AS best FROM trajectories",
+                              "--run-id", "r", "--runs-dir", str(tmp_path)])  # fmt: skip
+    assert res.exit_code == 0 and "4" in res.output and "1.0" in res.output, res.output
+    res = runner.invoke(app, ["report", "--store", str(tmp_path / "r" / "lake")], terminal_width=200)
+    assert res.exit_code == 0 and "0.625" in res.output, res.output  # mean of 1.0 and 0.25
+    res = runner.invoke(app, ["query", "SELECT nope FROM trajectories", "--run-id", "r", "--runs-dir", str(tmp_path)])
+    assert res.exit_code == 2
