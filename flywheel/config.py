@@ -32,6 +32,9 @@ class EngineConfig(BaseModel):
     max_model_len: int = 1024
     dtype: Literal["float32", "bfloat16"] = "float32"
     kv_cache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE on CPU.")
+    gpu_memory_utilization: float = Field(
+        0.45, gt=0, le=1, description="vLLM's share of a GPU it shares with the trainer."
+    )
 
 
 class SamplingConfig(BaseModel):

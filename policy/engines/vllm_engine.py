@@ -23,9 +23,13 @@ class VLLMEngine(Engine):
         # scheduler process, which mostly waits; on a 2-core machine that leaves one
         # core generating. Measured with bench/engine_threads.py.
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        import torch
         from vllm import LLM
 
+        # On a GPU the trainer shares the device: leave it room (vLLM's default takes 90%).
+        gpu = {"gpu_memory_utilization": cfg.gpu_memory_utilization} if torch.cuda.is_available() else {}
         self.llm = LLM(
+            **gpu,
             model=model_dir,
             dtype=cfg.dtype,
             max_model_len=cfg.max_model_len,
