@@ -17,7 +17,6 @@ from flywheel.config import FlywheelConfig
 from flywheel.reporting import artifact_key
 from flywheel.results import EvalResult
 from flywheel.runtime import Runtime
-from storage.schema import TRAJECTORY_SCHEMA, to_table
 from tasks.generate import generate
 from tasks.score import score
 
@@ -75,7 +74,7 @@ def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int = 8
             trajectories = generate.with_options(task_run_name=f"eval-generate-{mode}")(rt, tasks, -1, sampling, f"eval-{mode}")
             trajectories = score.with_options(task_run_name=f"eval-score-{mode}")(rt, tasks, trajectories)
             rt.lake.write_evaluation(rt.run_id, version, mode, trajectories)
-            tables[mode] = to_table(trajectories, TRAJECTORY_SCHEMA)
+            tables[mode] = rt.lake.evaluations(rt.run_id, version, mode)  # metrics from what was stored
         con = duckdb.connect()
         con.register("greedy", tables["greedy"])
         con.register("sampled", tables["sampled"])

@@ -68,8 +68,9 @@ def cycle_summary(rt: Runtime, cycle: int, timings: dict, update_metrics: dict) 
         by_domain_level=by_domain_level(con, cycle),
         finished_at=datetime.now(timezone.utc).isoformat(),
     )  # fmt: skip
-    with open(rt.run_dir / "cycles.jsonl", "a") as f:
-        f.write(summary.model_dump_json() + "\n")
+    if timings:  # a cycle found finished (resume) is already in the file
+        with open(rt.run_dir / "cycles.jsonl", "a") as f:
+            f.write(summary.model_dump_json() + "\n")
     return summary
 
 
@@ -82,7 +83,7 @@ def _flow_run_name() -> str:
 
 
 def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
-    """Run `cycles(rt)` (a range, decided once the runtime knows the run's state)."""
+    """Run the cycles `cycles(rt)` names (decided once the runtime knows the run's state)."""
     from flywheel.progress import reporter
 
     logger = get_run_logger()
@@ -95,7 +96,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
             summaries.append(summary)
             logger.info("cycle %d: %s", cycle, json.dumps(summary.model_dump(exclude={"by_domain_level"})))
             reporter().print(summary.line())
-            publish_cycle(rt, summary, summaries)
+            publish_cycle(rt, summary)
     finally:
         rt.close()
     return FlywheelResult(run_id=config.run_id, run_dir=str(config.run_dir), lake_uri=config.lake_uri, cycles=summaries)
@@ -113,4 +114,4 @@ def flywheel(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
 def single_cycle(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
     """Run the next cycle of `config.run_id` (the first one of a new run), or finish the
     last one if it was interrupted."""
-    return _run(config.with_run_id(), lambda rt: range(rt.next_cycle(), rt.next_cycle() + 1))
+    return _run(config.with_run_id(), lambda rt: [rt.next_cycle()])

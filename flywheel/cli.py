@@ -24,6 +24,31 @@ def load_config(config_file: Optional[Path], overrides: list[str], **flags) -> F
     return apply_overrides(config, sets)
 
 
+def preflight(config: FlywheelConfig) -> None:
+    """Fail in seconds, naming the model path or lake at fault, before Prefect, vLLM and
+    DeepSpeed start."""
+    from flywheel.model_prep import ModelError
+    from flywheel.runtime import check_inputs
+    from storage.lake import LakeError
+
+    try:
+        check_inputs(config, say=typer.echo)
+    except (ModelError, LakeError) as exc:
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(2)
+
+
+def rich_table(names: list[str], rows, title: str | None = None):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in names:
+        table.add_column(str(name))
+    for row in rows:
+        table.add_row(*[str(v) for v in row])
+    return table
+
+
 @app.command()
 def run(
     cycles: Optional[int] = typer.Option(None, help="Cycles to run (in total, for a resumed run)."),
@@ -35,9 +60,7 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="Override any config key: --set trainer.learning_rate=1e-5"),
 ):
     """Run the flywheel on the embedded default (or what the flags say)."""
-    from flywheel.model_prep import ModelError
     from flywheel.progress import RichReporter, set_reporter
-    from storage.lake import LakeError
 
     try:
         config = load_config(
@@ -48,13 +71,7 @@ def run(
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"bad configuration: {exc}", fg="red", err=True)
         raise typer.Exit(2)
-    from flywheel.runtime import check_inputs
-
-    try:  # fail in seconds, before Prefect, vLLM and DeepSpeed start
-        check_inputs(config, say=typer.echo)
-    except (ModelError, LakeError) as exc:
-        typer.secho(str(exc), fg="red", err=True)
-        raise typer.Exit(2)
+    preflight(config)
     reporter = RichReporter()
     set_reporter(reporter)
     reporter.print(f"[bold]flywheel[/] run [cyan]{config.run_id}[/] -> {config.run_dir}")
@@ -81,11 +98,10 @@ def eval_command(
     set_: list[str] = typer.Option([], "--set", help="Override any config key."),
 ):
     """Held-out evaluation: greedy pass@1 and pass@k per domain and level."""
-    from rich.table import Table
-
     from flywheel.progress import RichReporter, set_reporter
 
     config = load_config(config_file, set_, **{"model.path": model, "run_id": run_id}).with_run_id()
+    preflight(config)
     reporter = RichReporter()
     set_reporter(reporter)
     from flows.evaluate import evaluate
@@ -94,12 +110,8 @@ def eval_command(
         result = evaluate(config, tasks_per_level=tasks_per_level, k=k)
     finally:
         reporter.stop()
-    table = Table(title=f"{result.run_id} policy v{result.policy_version}")
-    for name in result.rows[0] if result.rows else []:
-        table.add_column(name)
-    for row in result.rows:
-        table.add_row(*[str(v) for v in row.values()])
-    reporter.console.print(table)
+    names = list(result.rows[0]) if result.rows else []
+    reporter.print(rich_table(names, [r.values() for r in result.rows], f"{result.run_id} policy v{result.policy_version}"))
 
 
 @app.command()
@@ -122,17 +134,11 @@ def _open_lake(run_id: Optional[str], store: Optional[str], s3_endpoint: Optiona
     return Lake(store or str(Path(runs_dir).absolute() / run_id / "lake"), s3_endpoint)
 
 
-def _print_query(con, sql: str, params: list | None = None) -> None:
+def _print_query(con, sql: str) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    cur = con.execute(sql, params or [])
-    table = Table()
-    for d in cur.description:
-        table.add_column(d[0])
-    for row in cur.fetchall():
-        table.add_row(*[str(v) for v in row])
-    Console().print(table)
+    cur = con.execute(sql)
+    Console().print(rich_table([d[0] for d in cur.description], cur.fetchall()))
 
 
 @app.command()

@@ -15,7 +15,7 @@ log = logging.getLogger("flywheel")
 
 
 def _prefect_progress(name: str):
-    """(create, update) callables for a progress artifact, or no-ops outside a run."""
+    """An `update(percent)` callable for a new progress artifact, a no-op outside a run."""
     try:
         from prefect.artifacts import create_progress_artifact, update_progress_artifact
         from prefect.context import FlowRunContext, TaskRunContext
@@ -29,8 +29,7 @@ def _prefect_progress(name: str):
 
 
 class Reporter:
-    def __init__(self) -> None:
-        self.console = None
+    """Logs only: the default outside the CLI (Prefect shows progress artifacts)."""
 
     def start(self, name: str, total: int) -> Callable[[int], None]:
         return lambda n: None

@@ -52,12 +52,18 @@ def artifact_key(*parts) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in text)[:120]
 
 
-def publish_cycle(rt, summary, history: list) -> None:
-    """Table per domain and level, markdown summary, reward curve, link to the lake."""
-    png = curve_png(
-        [s.cycle for s in history], [s.mean_reward for s in history], [s.pass_rate for s in history],
-        f"run {rt.run_id}",
-    )  # fmt: skip
+CURVE_SQL = """
+SELECT cycle, avg(reward), avg((verdict = 'pass')::INT) FROM trajectories GROUP BY cycle ORDER BY cycle
+"""
+
+
+def publish_cycle(rt, summary) -> None:
+    """Table per domain and level, markdown summary, reward curve over every committed
+    cycle of the run (read from the lake, so resumed runs draw the whole curve), link."""
+    from storage.query import connect
+
+    rows = connect(rt.lake, rt.run_id).execute(CURVE_SQL).fetchall()
+    png = curve_png([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], f"run {rt.run_id}")
     (rt.run_dir / "reward_curve.png").write_bytes(png)
     try:
         from prefect.artifacts import (
@@ -83,11 +89,10 @@ def publish_cycle(rt, summary, history: list) -> None:
         )  # fmt: skip
         data_url = "data:image/png;base64," + base64.b64encode(png).decode()
         create_image_artifact(data_url, key=artifact_key(run, "reward-curve"), description="reward and pass rate per cycle")
-        lake = rt.lake
         uri = rt.config.lake_uri.rstrip("/")
         create_link_artifact(
             f"{uri}/trajectories/run={run}/cycle={summary.cycle}" if uri.startswith("s3://") else
-            f"file://{lake.root}/trajectories/run={run}/cycle={summary.cycle}",
+            f"file://{rt.lake.root}/trajectories/run={run}/cycle={summary.cycle}",
             link_text=f"trajectories of cycle {summary.cycle}", key=artifact_key(run, "lake"),
         )  # fmt: skip
     except Exception as exc:  # reporting never stops the flywheel

@@ -16,8 +16,6 @@ import argparse
 import json
 import os
 
-import pyarrow.compute as pc
-
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,12 +35,11 @@ def main(argv: list[str] | None = None) -> dict:
     from flywheel.config import FlywheelConfig
     from policy.trainer import GRPOTrainer
     from storage.lake import Lake
-    from tasks.update import build_batch
+    from tasks.update import cycle_batch
 
     config = FlywheelConfig.from_yaml(args.config) if args.config else FlywheelConfig()
-    table = Lake(args.lake, args.endpoint).trajectories(args.run_id, cycles=[args.cycle])
-    table = table.filter(pc.equal(table["split"], "train"))
-    samples, stats = build_batch(table, config.trainer.drop_zero_variance_groups)
+    lake = Lake(args.lake, args.endpoint)
+    samples, stats = cycle_batch(lake, args.run_id, args.cycle, config.trainer.drop_zero_variance_groups)
     if not samples:
         raise SystemExit("no trajectory with a learning signal in this cycle")
     trainer = GRPOTrainer(args.model, config.trainer)

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import time
 
-import pyarrow.compute as pc
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from policy.grpo import group_advantages, zero_variance_groups
 from policy.trainer import TrainSample
+
+
+def cycle_batch(lake, run_id: str, cycle: int, drop_zero_variance: bool) -> tuple[list[TrainSample], dict]:
+    """A committed cycle's trajectories as a training batch. Not filtered by split on
+    purpose: a cycle holds train tasks only, and an eval row there must stop the update."""
+    return build_batch(lake.trajectories(run_id, cycles=[cycle]), drop_zero_variance)
 
 
 def build_batch(table, drop_zero_variance: bool) -> tuple[list[TrainSample], dict]:
@@ -43,9 +48,7 @@ def build_batch(table, drop_zero_variance: bool) -> tuple[list[TrainSample], dic
 @task(name="update", cache_policy=NO_CACHE)
 def update(rt, cycle: int) -> dict:
     cfg = rt.config.trainer
-    table = rt.lake.trajectories(rt.run_id, cycles=[cycle])
-    table = table.filter(pc.equal(table["split"], "train"))
-    samples, stats = build_batch(table, cfg.drop_zero_variance_groups)
+    samples, stats = cycle_batch(rt.lake, rt.run_id, cycle, cfg.drop_zero_variance_groups)
     if not samples:  # nothing to learn from; record it so a resume does not retry
         rt.record_update(cycle, rt.policy_version, None)
         return {**stats, "skipped": "every group had equal rewards"}

@@ -98,6 +98,8 @@ def test_rerun_with_same_run_id_resumes_without_redoing(run):
     result = flywheel(cfg)  # every stage's output is already there
     assert [s.stage_s for s in result.cycles] == [{}, {}]
     assert lake.trajectories("it").num_rows == before
+    lines = (cfg.run_dir / "cycles.jsonl").read_text().splitlines()
+    assert [json.loads(line)["cycle"] for line in lines] == [0, 1]  # no line for a resumed look
 
 
 def test_update_refuses_eval_trajectories():

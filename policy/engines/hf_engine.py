@@ -57,7 +57,9 @@ class HFEngine(Engine):
         state = {}
         for f in sorted(glob.glob(f"{hf_dir}/*.safetensors")):
             state.update(load_file(f))
-        self.model.load_state_dict(state, strict=False)
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"}:  # the tied head is saved once
+            raise ValueError(f"{hf_dir} does not fit the model: missing {missing}, unexpected {unexpected}")
         self.model.tie_weights()
 
     def prompt_logprobs(self, sequences, prompt_lens):
