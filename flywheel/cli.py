@@ -10,9 +10,11 @@ from typing import Optional
 import typer
 
 import flywheel  # noqa: F401  (offline defaults)
+from flywheel.cli_store import store_app
 from flywheel.config import FlywheelConfig, apply_overrides
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app.add_typer(store_app, name="store")
 
 
 def load_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
@@ -143,7 +145,7 @@ def _print_query(con, sql: str) -> None:
 
 @app.command()
 def query(
-    sql: str = typer.Argument(..., help="DuckDB SQL over the views `trajectories` and `tasks`."),
+    sql: str = typer.Argument(..., help="DuckDB SQL over the views `trajectories`, `tasks` and `cycles`."),
     run_id: Optional[str] = typer.Option(None, help="Only this run (and its lake under --runs-dir)."),
     store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
     s3_endpoint: Optional[str] = typer.Option(None),

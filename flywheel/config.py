@@ -80,8 +80,11 @@ class SamplerConfig(BaseModel):
 class ReplayConfig(BaseModel):
     enabled: bool = True
     threshold: float = Field(1.0, description="Best reward below this counts as a failure.")
-    lookback_cycles: int = 3
-    max_replays: int = 3
+    lookback_cycles: int = Field(3, ge=1, description="Failures older than this many cycles age out.")
+    max_replays: int = Field(3, ge=1, description="A task is replayed at most this many times.")
+    priority: Literal["recent", "near_miss", "hardest"] = Field(
+        "recent", description="Which failures come first when more are queued than the sampler takes."
+    )
 
 
 class TrainerConfig(BaseModel):

@@ -7,10 +7,15 @@ Layout under the root (a local dir or s3://bucket/prefix):
     replay/run=<run>/cycle=<n>/part-0.parquet                 tasks queued for cycle n
     evaluations/run=<run>/policy=v<k>/mode=<m>/part-0.parquet held-out evaluations
     _commits/run=<run>/cycle=<n>.json                         written last
+    compacted/run=<run>/cycles=<a>-<b>/<kind>/part-<i>.parquet  merged cycles (storage/compact.py)
+    _compactions/run=<run>/cycles=<a>-<b>.json                 written after those files
+    policies/run=<run>/v<k>/{hf,checkpoint}/...  + _policies/run=<run>/manifest.json
 
 A cycle exists for readers only once its commit marker is there, and the marker lists the
 files it covers: a crash mid-write leaves files no reader sees, and the re-run of that
-cycle deletes them first and writes the same deterministic ids again.
+cycle deletes them (and, on S3, aborts its unfinished multipart uploads) first and writes
+the same deterministic ids again. For cycles a compaction marker covers, readers take the
+compacted files instead of the cycle's own.
 
 Readers pass explicit file lists to `pyarrow.dataset` rather than hive discovery: the
 partition keys are also columns of the files, and a file list is what the markers give.
@@ -19,8 +24,10 @@ partition keys are also columns of the files, and a file list is what the marker
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
+from datetime import datetime, timezone
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -29,7 +36,12 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from storage.schema import TASK_SCHEMA, TRAJECTORY_SCHEMA, TaskSpec, tasks_from_table, to_table
+from storage.schema import (
+    SCHEMA_VERSION, TASK_SCHEMA, TRAJECTORY_SCHEMA, TaskSpec, tasks_from_table, to_table, with_cycle,
+)  # fmt: skip
+
+log = logging.getLogger("flywheel.lake")
+SCHEMAS = {"tasks": TASK_SCHEMA, "trajectories": TRAJECTORY_SCHEMA}
 
 
 class LakeError(RuntimeError):
@@ -65,7 +77,12 @@ def make_filesystem(uri: str, endpoint: str | None = None, region: str = "us-eas
 class Lake:
     def __init__(self, uri: str, endpoint: str | None = None, region: str = "us-east-1"):
         self.uri = uri
+        self.endpoint, self.region = endpoint, region
         self.fs, self.root = make_filesystem(uri, endpoint, region)
+
+    @property
+    def is_s3(self) -> bool:
+        return isinstance(self.fs, pafs.S3FileSystem)
 
     # ---- paths -------------------------------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -82,7 +99,7 @@ class Lake:
         """One object written whole: an S3 PUT is atomic; locally, write then rename."""
         parent = path.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
-        tmp = path if isinstance(self.fs, pafs.S3FileSystem) else f"{path}.tmp-{uuid.uuid4().hex}"
+        tmp = path if self.is_s3 else f"{path}.tmp-{uuid.uuid4().hex}"
         with self.fs.open_output_stream(tmp) as out:
             out.write(data)
         if tmp != path:
@@ -112,53 +129,129 @@ class Lake:
 
     def commit_cycle(self, run_id: str, cycle: int, tasks: list[TaskSpec], trajectories: list) -> dict:
         """Write a cycle's tasks and trajectories, then its marker. Re-running replaces."""
+        return self.commit_tables(run_id, cycle, to_table(tasks, TASK_SCHEMA), to_table(trajectories, TRAJECTORY_SCHEMA))
+
+    def commit_tables(self, run_id: str, cycle: int, tasks: pa.Table, trajectories: pa.Table) -> dict:
+        """`commit_cycle` for Arrow tables already in the current schema."""
         if self.is_committed(run_id, cycle):
             return self.read_marker(run_id, cycle)
-        for kind in ("tasks", "trajectories"):  # leftovers of a crashed attempt
-            self._delete_dir(self._cycle_dir(kind, run_id, cycle))
-        files = []
+        self.clean_partial(run_id, cycle)
+        tasks = with_cycle(tasks, cycle)
+        files = {}
         task_file = self._cycle_dir("tasks", run_id, cycle) + "/part-0.parquet"
-        self._write_table(task_file, to_table(tasks, TASK_SCHEMA))
-        files.append(task_file)
-        table = to_table(trajectories, TRAJECTORY_SCHEMA)
-        for domain in sorted(set(table.column("domain").to_pylist())):
-            part = table.filter(pc.equal(table["domain"], domain))
+        self._write_table(task_file, tasks)
+        files[task_file] = tasks.num_rows
+        domains = trajectories.column("domain")
+        for domain in sorted(pc.unique(domains).to_pylist()):
+            part = trajectories.filter(pc.equal(domains, domain))
             path = self._cycle_dir("trajectories", run_id, cycle) + f"/domain={domain}/part-0.parquet"
             self._write_table(path, part)
-            files.append(path)
+            files[path] = part.num_rows
         marker = {
             "run_id": run_id,
             "cycle": cycle,
-            "tasks": len(tasks),
-            "trajectories": table.num_rows,
+            "schema_version": SCHEMA_VERSION,
+            "committed_at": datetime.now(timezone.utc).isoformat(),
+            "tasks": tasks.num_rows,
+            "trajectories": trajectories.num_rows,
             "files": [f[len(self.root) + 1 :] for f in files],
+            "rows": list(files.values()),
         }
         self._write_bytes(self._marker(run_id, cycle), json.dumps(marker).encode())
         return marker
 
+    def clean_partial(self, run_id: str, cycle: int) -> None:
+        """Remove what a crashed attempt at an uncommitted cycle left: its data files,
+        half-renamed marker temp files and (S3) unfinished multipart uploads."""
+        for kind in ("tasks", "trajectories"):
+            self._delete_dir(self._cycle_dir(kind, run_id, cycle))
+        marker = self._marker(run_id, cycle)
+        parent, name = marker.rsplit("/", 1)
+        for info in self.fs.get_file_info(pafs.FileSelector(parent, allow_not_found=True)):
+            if info.base_name.startswith(name + ".tmp-"):
+                self.fs.delete_file(info.path)
+        if self.is_s3:  # pyarrow writes even small objects as multipart uploads
+            for prefix in (self._cycle_dir("tasks", run_id, cycle) + "/",
+                           self._cycle_dir("trajectories", run_id, cycle) + "/", marker):  # fmt: skip
+                self._abort_multipart_uploads(prefix)
+
+    def _abort_multipart_uploads(self, prefix: str) -> int:
+        """pyarrow has no call for this, so boto3 does it (same endpoint and credentials)."""
+        import boto3
+
+        bucket, _, key_prefix = prefix.partition("/")
+        s3 = boto3.client("s3", endpoint_url=self._endpoint_url(), region_name=self.region)
+        aborted = 0
+        try:
+            for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
+                for upload in page.get("Uploads", []):
+                    s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                    aborted += 1
+        except Exception as exc:  # cleanup is best effort: the data is invisible anyway
+            log.warning("could not list or abort multipart uploads under %s: %s", prefix, exc)
+        return aborted
+
+    def _endpoint_url(self) -> str | None:
+        if not self.endpoint:
+            return None
+        return self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}"
+
     def read_marker(self, run_id: str, cycle: int) -> dict:
-        with self.fs.open_input_stream(self._marker(run_id, cycle)) as f:
-            return json.loads(f.read())
+        return self._read_json(self._marker(run_id, cycle))
+
+    def _read_json(self, path: str) -> dict:
+        with self.fs.open_input_stream(path) as f:
+            data = json.loads(f.read())
+        version = data.get("schema_version", 1)
+        if version > SCHEMA_VERSION:
+            raise LakeError(
+                f"{path} was written with lake schema v{version}, newer than this flywheel's "
+                f"v{SCHEMA_VERSION}: upgrade flywheel to read it"
+            )
+        return data
 
     # ---- readers -------------------------------------------------------------------------
-    def _committed_files(self, kind: str, run_id: str | None, cycles: list[int] | None) -> list[str]:
-        runs = [run_id] if run_id else self.runs()
-        files = []
-        for run in runs:
-            for cycle in self.committed_cycles(run):
-                if cycles is None or cycle in cycles:
+    def _committed_files(self, kind: str, run_id: str | None, cycles: list[int] | None) -> tuple[list[str], bool]:
+        """The files that hold `kind` for the committed cycles asked for, and whether
+        they may also hold other cycles (compacted files), so the caller must filter."""
+        files, needs_filter = [], False
+        for run in [run_id] if run_id else self.runs():
+            compactions = self.compactions(run)
+            covered = {c: comp for comp in compactions for c in comp["cycles"]}
+            wanted = [c for c in self.committed_cycles(run) if cycles is None or c in cycles]
+            for comp in compactions:
+                if any(covered.get(c) is comp for c in wanted):
+                    files += [self._path(f) for f in comp["files"] if f.split("/")[3] == kind]
+                    needs_filter |= not set(comp["cycles"]) <= set(wanted)
+            for cycle in wanted:
+                if cycle not in covered:
                     marker = self.read_marker(run, cycle)
                     files += [self._path(f) for f in marker["files"] if f.startswith(kind + "/")]
-        return files
+        return files, needs_filter
+
+    def compactions(self, run_id: str) -> list[dict]:
+        """Live compaction markers of a run, none overlapping: where two overlap (a crash
+        between a new compaction's marker and the old one's removal) the wider one wins."""
+        selector = pafs.FileSelector(self._path("_compactions", f"run={run_id}"), allow_not_found=True)
+        found = [self._read_json(i.path) for i in self.fs.get_file_info(selector) if i.base_name.endswith(".json")]
+        chosen: list[dict] = []
+        for comp in sorted(found, key=lambda m: (-len(m["cycles"]), m["cycles"][0])):
+            if not any(set(comp["cycles"]) & set(c["cycles"]) for c in chosen):
+                chosen.append(comp)
+        return chosen
 
     def runs(self) -> list[str]:
         selector = pafs.FileSelector(self._path("_commits"), allow_not_found=True)
         return sorted(i.base_name[len("run=") :] for i in self.fs.get_file_info(selector))
 
     def dataset(self, kind: str, run_id: str | None = None, cycles: list[int] | None = None):
-        schema = {"tasks": TASK_SCHEMA, "trajectories": TRAJECTORY_SCHEMA}[kind]
-        files = self._committed_files(kind, run_id, cycles)
-        return ds.dataset(files, schema=schema, format="parquet", filesystem=self.fs)
+        """A pyarrow dataset of the committed rows, read through the current schema (a
+        column an older file lacks reads as null)."""
+        files, needs_filter = self._committed_files(kind, run_id, cycles)
+        dataset = ds.dataset(files, schema=SCHEMAS[kind], format="parquet", filesystem=self.fs)
+        if needs_filter:
+            dataset = dataset.filter(pc.field("cycle").isin(cycles))
+        return dataset
 
     def trajectories(self, run_id: str | None = None, cycles: list[int] | None = None) -> pa.Table:
         return self.dataset("trajectories", run_id, cycles).to_table()
@@ -166,10 +259,41 @@ class Lake:
     def tasks(self, run_id: str | None = None, cycles: list[int] | None = None) -> list[TaskSpec]:
         return tasks_from_table(self.dataset("tasks", run_id, cycles).to_table())
 
+    # ---- for other readers: Hugging Face datasets, DuckDB's own readers -------------------
+    def data_files(self, kind: str = "trajectories", run_id: str | None = None) -> list[str]:
+        """URIs of the committed files (local paths or s3://...). Compacted files hold only
+        committed cycles, so every row of these files is committed."""
+        files, _ = self._committed_files(kind, run_id, None)
+        return [f"s3://{f}" if self.is_s3 else f for f in files]
+
+    def storage_options(self) -> dict:
+        """fsspec options for `data_files` (s3fs takes credentials from the AWS env/profile)."""
+        if not self.is_s3:
+            return {}
+        return {"client_kwargs": {"endpoint_url": self._endpoint_url(), "region_name": self.region}}
+
+    def load_dataset(self, kind: str = "trajectories", run_id: str | None = None):
+        """The committed rows as a Hugging Face `datasets.Dataset`, through
+        `load_dataset("parquet", ...)`. Files of older schema versions: compact first."""
+        import datasets.config
+        from datasets import load_dataset
+
+        # Under HF_HUB_OFFLINE (flywheel's default) `datasets` refuses every remote URL;
+        # these are the lake's own S3 objects, never the Hub, so allow them for this call.
+        offline = datasets.config.HF_HUB_OFFLINE
+        datasets.config.HF_HUB_OFFLINE = offline and not self.is_s3
+        try:
+            return load_dataset(
+                "parquet", data_files=self.data_files(kind, run_id), storage_options=self.storage_options(),
+                split="train",
+            )  # fmt: skip
+        finally:
+            datasets.config.HF_HUB_OFFLINE = offline
+
     # ---- replay queue --------------------------------------------------------------------
     def write_replay_queue(self, run_id: str, cycle: int, tasks: list[TaskSpec]) -> None:
         path = self._cycle_dir("replay", run_id, cycle) + "/part-0.parquet"
-        self._write_table(path, to_table(tasks, TASK_SCHEMA))
+        self._write_table(path, with_cycle(to_table(tasks, TASK_SCHEMA), cycle))
 
     def read_replay_queue(self, run_id: str, cycle: int) -> list[TaskSpec] | None:
         """The tasks queued for `cycle`, or None when no replay stage wrote a queue."""

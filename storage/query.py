@@ -16,51 +16,76 @@ from storage.schema import TaskSpec
 
 
 def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A connection with the committed `trajectories` and `tasks` registered as views."""
+    """A connection with the committed `trajectories` and `tasks` registered, and a
+    `cycles` view: one row per run and cycle with its size, reward and pass rate."""
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id))
     con.register("tasks", lake.dataset("tasks", run_id))
+    con.execute(CYCLES_VIEW)
     return con
 
 
+CYCLES_VIEW = """
+CREATE VIEW cycles AS
+SELECT run_id, cycle, max(policy_version) AS policy_version, count(DISTINCT task_id) AS tasks,
+       count(*) AS trajectories, avg(reward) AS mean_reward, avg((verdict = 'pass')::INT) AS pass_rate,
+       count(DISTINCT task_id) FILTER (WHERE origin = 'replay') AS replayed_tasks,
+       min(created_at) AS started_at
+FROM trajectories GROUP BY run_id, cycle
+"""
+
+# A task's latest attempt inside the window decides: solved since means not replayed.
+# Only the window's cycles are read (the filter is pushed into the Parquet scan): a
+# failure older than `lookback` cycles ages out, and so does a task solved since.
 REPLAY_SQL = """
 WITH per_task AS (
-    SELECT task_id, cycle, max(reward) AS best
+    SELECT task_id, cycle, max(reward) AS best, any_value(level) AS level
     FROM trajectories
-    WHERE split = 'train'
+    WHERE split = 'train' AND cycle > $cycle - $lookback AND cycle <= $cycle
     GROUP BY task_id, cycle
-),
-latest AS (  -- a task's most recent attempt decides: solved since means not replayed
-    SELECT task_id, arg_max(best, cycle) AS last_best, max(cycle) AS last_cycle
-    FROM per_task
-    GROUP BY task_id
 )
-SELECT task_id, last_best
-FROM latest
-WHERE last_cycle > ? - ? AND last_cycle <= ? AND last_best < ?
-ORDER BY last_cycle DESC, last_best DESC, task_id
+SELECT task_id, arg_max(best, cycle) AS last_best, max(cycle) AS last_cycle, any_value(level) AS level
+FROM per_task
+GROUP BY task_id
+HAVING arg_max(best, cycle) < $threshold
+ORDER BY {order}, task_id
 """
+
+# Which failures come first when the queue is longer than the sampler takes.
+PRIORITIES = {
+    "recent": "last_cycle DESC, last_best DESC",  # freshest failures first
+    "near_miss": "last_best DESC, last_cycle DESC",  # closest to solved: most signal per sample
+    "hardest": "last_best ASC, level DESC, last_cycle DESC",  # furthest from solved
+}
 
 
 def select_replay(
-    lake: Lake, run_id: str, cycle: int, threshold: float, lookback: int, max_replays: int
-) -> list[TaskSpec]:
+    lake: Lake, run_id: str, cycle: int, threshold: float, lookback: int, max_replays: int,
+    priority: str = "recent",
+) -> list[TaskSpec]:  # fmt: skip
     """Train-split tasks that failed in the last `lookback` cycles up to `cycle`, not solved
-    since, replayed fewer than `max_replays` times; newest and nearest misses first."""
-    if not lake.committed_cycles(run_id):
+    since, replayed fewer than `max_replays` times, ordered by `priority`. Each comes back
+    marked as a replay with its count raised and the cycle it first ran in."""
+    if priority not in PRIORITIES:
+        raise ValueError(f"unknown replay priority {priority!r}; known: {sorted(PRIORITIES)}")
+    window = [c for c in lake.committed_cycles(run_id) if cycle - lookback < c <= cycle]
+    if not window:
         return []
-    con = connect(lake, run_id)
-    rows = con.execute(REPLAY_SQL, [cycle, lookback, cycle, threshold]).fetchall()
+    con = duckdb.connect()
+    con.register("trajectories", lake.dataset("trajectories", run_id, window))
+    sql = REPLAY_SQL.format(order=PRIORITIES[priority])
+    rows = con.execute(sql, {"cycle": cycle, "lookback": lookback, "threshold": threshold}).fetchall()
     if not rows:
         return []
-    latest_spec: dict[str, TaskSpec] = {}
-    for c in range(max(0, cycle - lookback + 1), cycle + 1):  # ascending: the latest wins
+    latest_spec: dict[str, tuple[TaskSpec, int]] = {}
+    for c in window:  # ascending: the latest spec of a task wins
         for spec in lake.tasks(run_id, cycles=[c]):
-            latest_spec[spec.task_id] = spec
+            latest_spec[spec.task_id] = (spec, c)
     out = []
-    for task_id, _ in rows:
-        spec = latest_spec.get(task_id)
+    for task_id, *_ in rows:
+        spec, seen_in = latest_spec.get(task_id, (None, -1))
         if spec is None or spec.split != "train" or spec.replay_count >= max_replays:
             continue
-        out.append(dataclasses.replace(spec, origin="replay", replay_count=spec.replay_count + 1))
+        origin_cycle = spec.origin_cycle if spec.origin_cycle >= 0 else seen_in
+        out.append(dataclasses.replace(spec, origin="replay", replay_count=spec.replay_count + 1, origin_cycle=origin_cycle))
     return out

@@ -2,7 +2,20 @@
 
 Stages talk only through these records (and the lake that stores them). Each record is a
 dataclass for code and an Arrow schema for Parquet; `SCHEMA_VERSION` is written into the
-Parquet metadata so that readers can accept older versions when fields are added.
+Parquet metadata and into each cycle's commit marker, so that readers accept older
+versions when fields are added.
+
+Evolution is additive only: a new version may add columns, never rename, retype or drop
+one. A reader opens every file through the current schema, so a column an older file
+lacks reads as null, and the record loaders (`tasks_from_table`) put the field's default
+in its place. A marker from a newer version than the reader's is refused by the lake
+(with a message saying so) rather than read wrongly. Compaction rewrites old files in the
+current schema.
+
+Versions:
+  1  the walking skeleton.
+  2  `origin_cycle` on tasks and trajectories: the cycle a replayed task first ran in;
+     `cycle` on tasks: the cycle whose file holds the row (compacted files mix cycles).
 
 Nested data the schema does not need to query (environment setup, hidden tests) is kept
 as JSON text: it varies per domain and a new domain must not need a schema change.
@@ -17,7 +30,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 VERDICTS = ("pass", "fail", "no_code", "error", "timeout", "suspected_hack")
 
@@ -52,6 +65,7 @@ class TaskSpec:
     generator_version: str
     origin: str = "fresh"  # "fresh" or "replay"
     replay_count: int = 0
+    origin_cycle: int = -1  # the cycle the task first ran in (v2); -1 before it ran
 
 
 TASK_SCHEMA = pa.schema(
@@ -67,6 +81,8 @@ TASK_SCHEMA = pa.schema(
         ("generator_version", pa.string()),
         ("origin", pa.string()),
         ("replay_count", pa.int32()),
+        ("origin_cycle", pa.int32()),
+        ("cycle", pa.int32()),  # set by the lake when it writes the row, not a TaskSpec field
     ],
     metadata={"flywheel.schema_version": str(SCHEMA_VERSION), "flywheel.record": "task"},
 )
@@ -105,6 +121,7 @@ class Trajectory:
     sandbox_backend: str
     verifier_version: str
     timings_json: str
+    origin_cycle: int = -1  # v2
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @staticmethod
@@ -146,6 +163,7 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("sandbox_backend", pa.string()),
         ("verifier_version", pa.string()),
         ("timings_json", pa.string()),
+        ("origin_cycle", pa.int32()),
         ("created_at", pa.timestamp("us", tz="UTC")),
     ],
     metadata={"flywheel.schema_version": str(SCHEMA_VERSION), "flywheel.record": "trajectory"},
@@ -153,9 +171,20 @@ TRAJECTORY_SCHEMA = pa.schema(
 
 
 def to_table(records: list, schema: pa.Schema) -> pa.Table:
+    """Records -> a table of `schema`; schema columns the record lacks are null."""
     return pa.Table.from_pylist([asdict(r) for r in records], schema=schema)
 
 
+def with_cycle(table: pa.Table, cycle: int) -> pa.Table:
+    """The table with its `cycle` column set to `cycle` on every row."""
+    column = pa.array([cycle] * table.num_rows, pa.int32())
+    return table.set_column(table.schema.get_field_index("cycle"), "cycle", column)
+
+
 def tasks_from_table(table: pa.Table) -> list[TaskSpec]:
-    names = {f.name for f in fields(TaskSpec)}
-    return [TaskSpec(**{k: v for k, v in row.items() if k in names}) for row in table.to_pylist()]
+    """Rows -> TaskSpecs; a field an older file lacks (read as null) takes its default."""
+    defaults = {f.name: f.default for f in fields(TaskSpec)}
+    return [
+        TaskSpec(**{k: (defaults[k] if v is None else v) for k, v in row.items() if k in defaults})
+        for row in table.to_pylist()
+    ]

@@ -27,6 +27,7 @@ def pending_trajectory(rt, cycle, label, task_spec, prompt_ids, index, sample, g
         run_id=rt.run_id, cycle=cycle, policy_version=rt.policy_version,
         task_id=task_spec.task_id, domain=task_spec.domain, level=task_spec.level,
         split=task_spec.split, origin=task_spec.origin, replay_count=task_spec.replay_count,
+        origin_cycle=task_spec.origin_cycle,
         group_id=stable_id(rt.run_id, label, cycle, task_spec.task_id), sample_index=index,
         messages=[*task_spec.prompt, {"role": "assistant", "content": sample.text}],
         steps=[], prompt_token_ids=prompt_ids, completion_token_ids=sample.token_ids,

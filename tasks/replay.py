@@ -15,6 +15,8 @@ def replay(rt, cycle: int) -> list[TaskSpec]:
     cfg = rt.config.replay
     queue = []
     if cfg.enabled:
-        queue = select_replay(rt.lake, rt.run_id, cycle, cfg.threshold, cfg.lookback_cycles, cfg.max_replays)
+        queue = select_replay(
+            rt.lake, rt.run_id, cycle, cfg.threshold, cfg.lookback_cycles, cfg.max_replays, cfg.priority
+        )
     rt.lake.write_replay_queue(rt.run_id, cycle + 1, queue)
     return queue

@@ -8,6 +8,7 @@ evaluation flow and never reach training.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from prefect import task
@@ -36,4 +37,5 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
         seed = int(stable_id("fresh", cfg.seed, cycle, domain, level), 16) % (2**62)
         fresh += get_environment(domain).make_tasks("train", level, seed, count)
     taken = {t.task_id for t in replayed}
-    return replayed + [t for t in fresh if t.task_id not in taken]
+    fresh = [dataclasses.replace(t, origin_cycle=cycle) for t in fresh if t.task_id not in taken]
+    return replayed + fresh

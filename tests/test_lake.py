@@ -126,3 +126,28 @@ def test_cli_query_and_report(tmp_path):
     assert res.exit_code == 0 and "0.625" in res.output, res.output  # mean of 1.0 and 0.25
     res = runner.invoke(app, ["query", "SELECT nope FROM trajectories", "--run-id", "r", "--runs-dir", str(tmp_path)])
     assert res.exit_code == 2
+
+
+def test_replay_priorities_and_origin(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    t = env.make_tasks("train", 1, 0, 3) + env.make_tasks("train", 3, 0, 1)
+    # cycle 0: a near miss (0.75) and a flat failure; cycle 1: two more failures of other levels
+    c0 = [dataclasses.replace(x, origin_cycle=0) for x in t[:2]]
+    lake.commit_cycle("r", 0, c0, make_trajectories("r", 0, c0, {t[0].task_id: [0.75, 0.5], t[1].task_id: [0, 0]}))
+    c1 = [dataclasses.replace(x, origin_cycle=1) for x in t[2:]]
+    lake.commit_cycle("r", 1, c1, make_trajectories("r", 1, c1, {t[2].task_id: [0.25, 0], t[3].task_id: [0, 0]}))
+    order = {p: [x.task_id for x in select_replay(lake, "r", 1, 1.0, 3, 3, p)] for p in ("recent", "near_miss", "hardest")}
+    ids = [x.task_id for x in t]
+    assert order["recent"] == [ids[2], ids[3], ids[0], ids[1]]  # newest cycle first, then best
+    assert order["near_miss"] == [ids[0], ids[2], ids[3], ids[1]]  # best reward first
+    assert order["hardest"] == [ids[3], ids[1], ids[2], ids[0]]  # worst first; level 3 before 1
+    queue = select_replay(lake, "r", 1, 1.0, 3, 3)
+    assert {x.task_id: x.origin_cycle for x in queue} == {ids[0]: 0, ids[1]: 0, ids[2]: 1, ids[3]: 1}
+    # a replayed task keeps the cycle it first ran in
+    lake.commit_cycle("r", 2, queue[:1], make_trajectories("r", 2, queue[:1], {queue[0].task_id: [0, 0]}))
+    again = {x.task_id: x for x in select_replay(lake, "r", 2, 1.0, 3, 3)}
+    assert again[queue[0].task_id].origin_cycle == queue[0].origin_cycle and again[queue[0].task_id].replay_count == 2
+    with pytest.raises(ValueError, match="unknown replay priority"):
+        select_replay(lake, "r", 1, 1.0, 3, 3, "random")
+    cycles = connect(lake, "r").execute("SELECT cycle, tasks, trajectories, replayed_tasks FROM cycles ORDER BY 1")
+    assert cycles.fetchall() == [(0, 2, 4, 0), (1, 2, 4, 0), (2, 1, 2, 1)]
