@@ -28,9 +28,11 @@ def main() -> None:
     summary = json.loads((run_dir / "cycles.jsonl").read_text().splitlines()[0])
     table = Lake(str(run_dir / "lake")).trajectories(summary["run_id"], [summary["cycle"]])
     generated = sum(len(ids) for ids in table.column("completion_token_ids").to_pylist())
-    manifest = json.loads((run_dir / "policy" / "manifest.json").read_text())
+    from storage.policies import PolicyStore
+
+    policy_dir = PolicyStore(Lake(str(run_dir / "lake")), summary["run_id"], run_dir / "policy-cache").hf_dir()
     params = 0
-    for f in Path(manifest["dir"]).glob("*.safetensors"):
+    for f in Path(policy_dir).glob("*.safetensors"):
         with safe_open(str(f), "pt") as st:
             params += sum(math.prod(st.get_slice(k).get_shape()) for k in st.keys())
     update = summary["update"]

@@ -5,7 +5,8 @@ successes, a cheap rejection-sampling warm start) or from a Parquet/JSONL file o
 examples, one `{"messages": [...]}` per row whose last message is the assistant's answer.
 A row that does not fit is quarantined (written, with the reason, under the run dir)
 and the rest go on. The result is exported like an RL update and recorded in the policy
-manifest, so `flywheel run --run-id <same id>` continues from it with a fresh optimizer.
+manifest in the lake, so `flywheel run --run-id <same id>` continues from it with a fresh
+optimizer.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def sft(
             for start in range(0, len(samples), batch_size):
                 losses.append(trainer.step(samples[start : start + batch_size], objective="sft")["loss"])
         version = rt.policy_version + 1
-        export = trainer.export(rt.run_dir / "policy" / f"v{version}")
+        export = trainer.export(rt.staging_dir(f"v{version}"))
         rt.record_update(rt.manifest["updated_cycle"], version, export)
     finally:
         rt.close()

@@ -5,23 +5,22 @@ the interfaces. Start-up checks the cheap things first (model path, lake reachab
 sandbox works) so that bad input stops in seconds with a message naming it, before
 minutes go into starting vLLM and DeepSpeed.
 
-The policy manifest (`<run dir>/policy/manifest.json`) records which policy version
-is current, where its weights are, and which cycle's update made it: a resumed run
-loads those weights and never repeats an update.
+The policy manifest (in the lake, storage/policies.py) records which policy version is
+current, where its weights and checkpoint are, and which cycle's update made it: a
+resumed run, here or on another machine sharing the lake, loads those weights and never
+repeats an update.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 from pathlib import Path
 
 from environments.sandbox import make_sandbox
 from flywheel.config import FlywheelConfig
 from flywheel.model_prep import resolve_model
-from policy.trainer import prune_checkpoints
 from storage.lake import Lake
+from storage.policies import PolicyStore
 
 log = logging.getLogger("flywheel")
 
@@ -49,7 +48,7 @@ class Runtime:
                 f"sandbox backend {config.sandbox.backend!r} cannot run code here: "
                 f"{probe.error or probe.stderr.strip()[-300:]}"
             )
-        self.manifest = self._read_manifest()
+        self.policies = PolicyStore(self.lake, self.run_id, self.run_dir / "policy-cache")
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.base_model)
@@ -59,21 +58,16 @@ class Runtime:
 
     # ---- policy versions -----------------------------------------------------------------
     @property
-    def manifest_path(self) -> Path:
-        return self.run_dir / "policy" / "manifest.json"
-
-    def _read_manifest(self) -> dict:
-        if self.manifest_path.is_file():
-            return json.loads(self.manifest_path.read_text())
-        return {"version": 0, "dir": None, "updated_cycle": -1}
+    def manifest(self) -> dict:
+        return self.policies.manifest
 
     @property
     def policy_version(self) -> int:
-        return self.manifest["version"]
+        return self.policies.version
 
     @property
     def policy_dir(self) -> str:
-        return self.manifest["dir"] or self.base_model
+        return self.policies.hf_dir() or self.base_model
 
     def next_cycle(self) -> int:
         """The first cycle whose stages are not all done."""
@@ -84,21 +78,13 @@ class Runtime:
         finished = self.manifest["updated_cycle"] >= last and self.lake.read_replay_queue(self.run_id, last + 1) is not None
         return last + 1 if finished else last
 
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.run_dir / "checkpoints"
+    def staging_dir(self, name: str) -> Path:
+        """Where the trainer writes an export or checkpoint before it is published."""
+        return self.run_dir / "staging" / name
 
-    def record_update(self, cycle: int, version: int, export_dir: str | None) -> None:
-        previous = self.manifest.get("dir")
-        self.manifest = {"version": version, "dir": export_dir or previous, "updated_cycle": cycle}
-        tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(self.manifest))
-        tmp.rename(self.manifest_path)
-        if previous and export_dir and previous != export_dir:
-            shutil.rmtree(previous, ignore_errors=True)  # one exported copy is enough
-        if self.checkpoint_dir.is_dir():
-            prune_checkpoints(self.checkpoint_dir, keep_tag=f"v{version}")
+    def record_update(self, cycle: int, version: int, export_dir: str | None, checkpoint: tuple | None = None) -> None:
+        """Publish `cycle`'s update as policy `version` (manifest written last)."""
+        self.policies.publish(cycle, version, export_dir, checkpoint)
 
     @property
     def engine(self):
@@ -122,11 +108,11 @@ class Runtime:
                 self.engine  # noqa: B018  (start order matters)
             from policy.trainer import GRPOTrainer
 
-            tag = f"v{self.policy_version}"
-            if (self.checkpoint_dir / tag).is_dir():  # weights and optimizer state, exactly
+            checkpoint = self.policies.checkpoint()
+            if checkpoint:  # weights and optimizer state, exactly
                 self._trainer = GRPOTrainer(self.base_model, self.config.trainer, reference_dir=self.base_model)
-                self._trainer.load_checkpoint(self.checkpoint_dir, tag)
-                log.info("resumed the trainer from checkpoint %s", tag)
+                self._trainer.load_checkpoint(*checkpoint)
+                log.info("resumed the trainer from checkpoint %s in %s", checkpoint[1], checkpoint[0])
             else:
                 self._trainer = GRPOTrainer(self.policy_dir, self.config.trainer, reference_dir=self.base_model)
         return self._trainer

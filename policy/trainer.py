@@ -224,9 +224,3 @@ class GRPOTrainer:
         if path is None:
             raise RuntimeError(f"no DeepSpeed checkpoint {tag!r} in {ckpt_dir}")
 
-
-def prune_checkpoints(ckpt_dir: str | Path, keep_tag: str) -> None:
-    """Each checkpoint holds optimizer state (3x the weights): keep only the current one."""
-    for old in Path(ckpt_dir).iterdir():
-        if old.is_dir() and old.name != keep_tag:
-            shutil.rmtree(old, ignore_errors=True)

@@ -2,9 +2,10 @@
 from the lake (so an update can be re-run or resumed), then the new weights go into the
 running engine and a probe checks that engine and trainer now agree token by token.
 
-Order matters for resume: export and sync, then the DeepSpeed checkpoint, then the
-manifest. A crash before the manifest is written re-runs the update from the previous
-checkpoint; after it, the update is never repeated.
+Order matters for resume: export and sync, then the DeepSpeed checkpoint, then both are
+published to the lake with the manifest last (storage/policies.py). A crash before the
+manifest is written re-runs the update from the previous checkpoint; after it, the
+update is never repeated.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def update(rt, cycle: int) -> dict:
     metrics["step_s"] = time.monotonic() - t0
     version = rt.policy_version + 1
     t0 = time.monotonic()
-    export_dir = rt.trainer.export(rt.run_dir / "policy" / f"v{version}")
+    export_dir = rt.trainer.export(rt.staging_dir(f"v{version}"))
     metrics["export_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     rt.engine.load_weights(export_dir)
@@ -75,9 +76,13 @@ def update(rt, cycle: int) -> dict:
             f"weight sync failed: engine and trainer logprobs differ by {metrics['sync_mean_logprob_diff']:.3g} "
             f"on average (max {max(diffs):.3g}); tolerance {tolerance}"
         )
+    checkpoint = None
     if cfg.save_checkpoints:
         t0 = time.monotonic()
-        rt.trainer.save_checkpoint(rt.checkpoint_dir, tag=f"v{version}")
+        checkpoint = (rt.staging_dir("checkpoint"), f"v{version}")
+        rt.trainer.save_checkpoint(*checkpoint)
         metrics["checkpoint_s"] = time.monotonic() - t0
-    rt.record_update(cycle, version, export_dir)
+    t0 = time.monotonic()
+    rt.record_update(cycle, version, export_dir, checkpoint)
+    metrics["publish_s"] = time.monotonic() - t0
     return {**stats, **metrics, "policy_version": version}

@@ -53,19 +53,25 @@ def test_two_cycles_committed_to_s3(run):
 
 
 def test_update_changed_the_policy_and_synced_the_engine(run, tiny_model):
-    cfg, summaries, _ = run
+    cfg, summaries, lake = run
     assert [s.policy_version for s in summaries] == [1, 2]
     for s in summaries:
         assert s.update["sync_max_logprob_diff"] < 1e-4
     # the exported v2 weights differ from the random init we started from
     from safetensors.torch import load_file
 
-    new = load_file(f"{cfg.run_dir}/policy/v2/model.safetensors")
+    from storage.policies import PolicyStore
+
+    # a fresh store (empty cache) finds v2 in the S3 lake's manifest and downloads it
+    policies = PolicyStore(lake, "it", cfg.run_dir / "fresh-cache")
+    manifest = policies.manifest
+    assert manifest["version"] == 2 and manifest["updated_cycle"] == 1
+    assert sorted(manifest["versions"]) == ["1", "2"] and "checkpoint" not in manifest["versions"]["1"]
+    assert policies.checkpoint() is not None  # the current version keeps its DeepSpeed state
+    new = load_file(f"{policies.hf_dir()}/model.safetensors")
     old = load_file(f"{tiny_model}/model.safetensors")
     key = "model.layers.0.mlp.down_proj.weight"
     assert (new[key] - old[key]).abs().max() > 1e-4  # decay alone moves each weight ~1%
-    manifest = json.loads((cfg.run_dir / "policy" / "manifest.json").read_text())
-    assert manifest["version"] == 2 and manifest["updated_cycle"] == 1
 
 
 def test_failures_of_cycle_0_reappear_in_cycle_1(run):

@@ -34,7 +34,10 @@ def test_sft_from_jsonl(tiny_model, tmp_path, prefect_server):
     result = sft(cfg, data_path=str(data), epochs=4, batch_size=2, learning_rate=3e-3)
     assert result["examples"] == 4 and result["quarantined"] == 3 and result["policy_version"] == 1
     assert result["last_loss"] < result["first_loss"]
-    manifest = json.loads((cfg.run_dir / "policy" / "manifest.json").read_text())
-    assert manifest["version"] == 1
-    assert demo_logprob(manifest["dir"]) > demo_logprob(tiny_model) + 1.0
+    from storage.lake import Lake
+    from storage.policies import PolicyStore
+
+    policies = PolicyStore(Lake(cfg.lake_uri), "sft", cfg.run_dir / "policy-cache")
+    assert policies.version == 1
+    assert demo_logprob(policies.hf_dir()) > demo_logprob(tiny_model) + 1.0
     assert len((cfg.run_dir / "quarantine" / "sft-demos.jsonl").read_text().splitlines()) == 3

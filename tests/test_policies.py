@@ -1,0 +1,64 @@
+"""Policy versions in the lake: published exports and checkpoints, the manifest written
+last, pruning, and resume on a machine with an empty cache (locally and on real S3)."""
+
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from storage.lake import Lake
+from storage.policies import PolicyStore
+
+
+def stage(root: Path, version: int) -> tuple[Path, tuple[Path, str]]:
+    """What the trainer leaves in staging: an HF export and a DeepSpeed save dir."""
+    hf = root / f"hf-v{version}"
+    hf.mkdir(parents=True)
+    (hf / "model.safetensors").write_bytes(bytes([version]) * 1000)
+    (hf / "config.json").write_text(f'{{"v": {version}}}')
+    save = root / "ckpt"
+    (save / f"v{version}" / "global_step1").mkdir(parents=True)
+    (save / f"v{version}" / "global_step1" / "optim_states.pt").write_bytes(b"x" * 3000)
+    (save / "latest").write_text(f"v{version}")
+    return hf, (save, f"v{version}")
+
+
+def check_store(lake: Lake, tmp_path: Path) -> None:
+    store = PolicyStore(lake, "r", tmp_path / "cache-a")
+    assert store.version == 0 and store.hf_dir() is None and store.checkpoint() is None
+    for version in (1, 2, 3):
+        hf, ckpt = stage(tmp_path / "staging", version)
+        store.publish(cycle=version - 1, version=version, hf_dir=hf, checkpoint=ckpt)
+        assert not hf.exists() and not ckpt[0].exists()  # staging consumed
+    store.publish(cycle=3, version=3)  # an update with nothing to learn: same weights
+    # another machine, empty cache: finds v3, its checkpoint, and v2 (kept), not v1 (pruned)
+    other = PolicyStore(lake, "r", tmp_path / "cache-b")
+    assert other.version == 3 and other.manifest["updated_cycle"] == 3
+    assert (Path(other.hf_dir()) / "model.safetensors").read_bytes() == bytes([3]) * 1000
+    save_dir, tag = other.checkpoint()
+    assert tag == "v3" and (Path(save_dir) / "v3" / "global_step1" / "optim_states.pt").stat().st_size == 3000
+    assert Path(other.hf_dir(2)).is_dir() and other.hf_dir(1) is None and other.checkpoint(2) is None
+    for gone in ("v1/hf", "v1/checkpoint", "v2/checkpoint"):  # no file left (S3 may keep empty dirs)
+        selector = pafs.FileSelector(lake._path("policies", "run=r", gone), recursive=True, allow_not_found=True)
+        assert [i.path for i in lake.fs.get_file_info(selector) if i.type == pafs.FileType.File] == [], gone
+    # a crash after uploading v4 but before its manifest: v3 stays current
+    hf, ckpt = stage(tmp_path / "staging", 4)
+    store._put(hf, store._version_path(4, "hf"), None)
+    assert PolicyStore(lake, "r", tmp_path / "cache-c").version == 3
+
+
+def test_policy_store_local(tmp_path):
+    check_store(Lake(str(tmp_path / "lake")), tmp_path)
+
+
+def test_policy_store_on_s3(seaweedfs, tmp_path):
+    check_store(Lake("s3://flywheel-test/policies", endpoint=seaweedfs), tmp_path)
+
+
+def test_a_newer_manifest_is_refused(tmp_path):
+    from storage.lake import LakeError
+
+    lake = Lake(str(tmp_path / "lake"))
+    lake._write_bytes(lake._path("_policies", "run=r", "manifest.json"), b'{"schema_version": 99}')
+    with pytest.raises(LakeError, match="newer than"):
+        PolicyStore(lake, "r", tmp_path / "cache")
