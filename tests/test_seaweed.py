@@ -1,0 +1,46 @@
+"""`flywheel store serve`: a local S3 server a run can use, gone when the command stops."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from storage.lake import Lake
+from storage.seaweed import free_port
+from storage.synthetic import cycle_tables
+
+
+def test_store_serve_serves_a_lake_and_stops_cleanly(tmp_path):
+    port = free_port()
+    cli = Path(sys.executable).parent / "flywheel"
+    proc = subprocess.Popen(
+        [str(cli), "store", "serve", "--data-dir", str(tmp_path / "s3"), "--port", str(port), "--bucket", "lake"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        first = proc.stdout.readline()
+        assert f"S3 at http://127.0.0.1:{port}" in first, first
+        exports = proc.stdout.readline().split("export", 1)[1].split()
+        env = dict(item.split("=", 1) for item in exports)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            lake = Lake("s3://lake/served", f"http://127.0.0.1:{port}")
+            lake.commit_tables("r", 0, *cycle_tables("r", 0, 5))
+            assert Lake("s3://lake/served", f"http://127.0.0.1:{port}").trajectories("r").num_rows == 20
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, f"-s3.port={port}")]
+    assert proc.returncode == 0 and left == [], (proc.returncode, left)
+
+
+def _cmdline_has(proc_dir: Path, needle: str) -> bool:
+    try:
+        return needle in (proc_dir / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:  # the process is gone
+        return False
