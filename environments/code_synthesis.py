@@ -5,12 +5,14 @@ three per level: level 1 is one expression, level 2 a loop or comprehension with
 condition, level 3 a small algorithm. Hidden tests are inputs disjoint from the examples
 shown in the prompt; their expected outputs come from the family's reference function.
 
-Verification runs `solution.py` under a harness in the sandbox. The hidden tests reach
-the harness on stdin (they are never files in the workspace); the solution's own prints
-go to /dev/null; results are compared as canonical JSON (so `True != 1` and objects that
-claim equality to everything do not pass); the result line carries a per-run nonce.
-Reward = fraction of hidden tests passed. Known gaps, left to the reward-hacking work:
-the solution runs in the harness's process, so a determined program can inspect it.
+Verification runs `solution.py` under a harness in the sandbox. Only the hidden tests'
+*inputs* reach the harness (on stdin; never as files); it sends back what the solution
+returned as canonical JSON, on a line tagged with a per-run nonce, and the host compares
+that with the expected outputs, which never enter the sandbox. So `True != 1`, objects
+that claim equality to everything do not serialise, and a solution that patches the
+harness, forges a result line or leaves early gains nothing. On top, `environments.audit`
+zeroes the reward of a solution that tries (verdict `suspected_hack`).
+Reward = fraction of hidden tests passed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import random
 import re
 import secrets
 
+from environments.audit import audit_python
 from environments.base import Environment, Score
 from environments.sandbox import ExecResult, Job
 from storage.schema import TaskSpec
@@ -144,10 +147,14 @@ FAMILIES = {
 }
 N_EXAMPLES, N_HIDDEN = 3, 8
 
+# Runs in the sandbox with the solution. It gets the hidden *inputs* only and sends back
+# what the solution returned, as canonical JSON; the expected outputs never enter the
+# sandbox and the comparison happens on the host (`score`), so no code the solution runs,
+# however it tampers with this process, can make a wrong answer compare equal.
 HARNESS = r"""
 import json, os, signal, sys
 spec = json.loads(sys.stdin.read())
-nonce, entry, tests = spec.pop("nonce"), spec["entry"], spec.pop("tests")
+nonce, entry, inputs = spec.pop("nonce"), spec["entry"], spec.pop("inputs")
 out = os.dup(1)
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the solution's prints go nowhere
 def report(**result):
@@ -162,25 +169,25 @@ try:
     exec(compile(open("solution.py").read(), "solution.py", "exec"), ns)
     signal.alarm(0)
 except BaseException as e:
-    report(passed=0, total=len(tests), error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
+    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
 fn = ns.get(entry)
 if not callable(fn):
-    report(passed=0, total=len(tests), error=f"no function named {entry}")
-passed, first_error, timed_out = 0, "", False
-for args, expected in tests:
+    report(outputs=[], error=f"no function named {entry}")
+outputs, first_error, timed_out = [], "", False
+for args in inputs:
     try:
         signal.alarm(1)
         got = fn(*args)
         signal.alarm(0)
-        ok = json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+        outputs.append(json.dumps(got, sort_keys=True))
     except BaseException as e:
         signal.alarm(0)
-        ok, first_error = False, first_error or f"{type(e).__name__}: {e}"[:300]
+        outputs.append(None)
+        first_error = first_error or f"{type(e).__name__}: {e}"[:300]
         if isinstance(e, TimeoutError):
             timed_out = True
             break  # one slow test is enough to know; the rest count as failed
-    passed += ok
-report(passed=passed, total=len(tests), error=first_error, timed_out=timed_out)
+report(outputs=outputs, error=first_error, timed_out=timed_out)
 """
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
@@ -243,24 +250,43 @@ class CodeSynthesis(Environment):
         code = extract_code(completion, verifier["entry"])
         if code is None:
             return Score(0.0, "no_code", tests_total=len(verifier["tests"]), error="no code in completion")
-        spec = {"nonce": secrets.token_hex(16), "entry": verifier["entry"], "tests": verifier["tests"]}
+        inputs = [args for args, _ in verifier["tests"]]
+        spec = {"nonce": secrets.token_hex(16), "entry": verifier["entry"], "inputs": inputs}
         return Job(["python", "-I", "-c", HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
 
     def score(self, task, job, result: ExecResult):
-        total = len(json.loads(task.verifier_json)["tests"])
+        tests = json.loads(task.verifier_json)["tests"]
+        total = len(tests)
         if result.error:
             return Score(0.0, "error", tests_total=total, error=result.error)
+        findings = audit_python(job.files["solution.py"])
+        passed, res, problem = self._compare(job, result, tests)
+        frac = passed / max(1, total)
+        if findings or problem == "forged":  # paid nothing for trying, whatever it scored
+            why = "; ".join(findings) or "a forged or malformed result line"
+            return Score(0.0, "suspected_hack", outcome=frac, penalty=-frac, tests_passed=passed,
+                         tests_total=total, error="audit: " + why)  # fmt: skip
         if result.timed_out:
             return Score(0.0, "timeout", tests_total=total, error="verification timed out")
+        if problem:
+            return Score(0.0, "fail", tests_total=total, error=problem)
+        verdict = "pass" if passed == total else "timeout" if res.get("timed_out") else "fail"
+        return Score(frac, verdict, outcome=frac, tests_passed=passed, tests_total=total,
+                     error=str(res.get("error", "")))  # fmt: skip
+
+    @staticmethod
+    def _compare(job, result: ExecResult, tests) -> tuple[int, dict, str]:
+        """(tests passed, the harness's report, a problem or ""), comparing on the host."""
         nonce = json.loads(job.stdin)["nonce"]  # sent on stdin, unknown to the solution's author
         lines = [ln[len(nonce) :] for ln in result.stdout.splitlines() if ln.startswith(nonce)]
-        if len(lines) != 1:
-            error = f"no verdict from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
-            return Score(0.0, "fail", tests_total=total, error=error)
-        res = json.loads(lines[0])
-        frac = res["passed"] / max(1, res["total"])
-        verdict = "pass" if res["passed"] == res["total"] else "timeout" if res.get("timed_out") else "fail"
-        return Score(
-            frac, verdict, outcome=frac, tests_passed=res["passed"], tests_total=res["total"],
-            error=res.get("error", ""),
-        )  # fmt: skip
+        if len(lines) > 1:
+            return 0, {}, "forged"
+        if not lines:  # the solution left before the harness could answer
+            return 0, {}, f"no result from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
+        try:
+            res = json.loads(lines[0])
+            outputs = list(res["outputs"])
+        except (ValueError, KeyError, TypeError):
+            return 0, {}, "forged"
+        expected = [json.dumps(want, sort_keys=True) for _, want in tests]
+        return sum(got == want for got, want in zip(outputs, expected)), res, ""

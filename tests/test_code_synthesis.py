@@ -90,15 +90,14 @@ def test_partial_solution_scores_the_fraction(box):
     "body, verdict",
     [
         ("no code at all, sorry", "no_code"),
-        ("```python\nimport sys\nsys.exit(0)\n```", "fail"),
-        ("```python\nimport os\nos._exit(0)\n```", "fail"),
         ("```python\ndef {entry}(*a):\n    while True: pass\n```", "timeout"),
-        ("```python\nprint('{{\"passed\": 8, \"total\": 8}}')\n```", "fail"),
-        ("```python\nclass Eq:\n    def __eq__(self, o): return True\ndef {entry}(*a):\n    return Eq()\n```", "fail"),
-        ("```python\ndef {entry}(*a):\n    return open('/etc/shadow').read()\n```", "fail"),
+        ("```python\ndef {entry}(*a):\n    return None\n```", "fail"),
+        ("```python\ndef {entry}(*a):\n    raise ValueError('no')\n```", "fail"),
+        ("```python\ndef {entry}(:\n```", "fail"),
+        ("```python\ndef other_name(*a):\n    return 1\n```", "fail"),
     ],
 )
-def test_bad_or_hostile_answers_score_zero(box, body, verdict):
+def test_wrong_answers_score_zero(box, body, verdict):  # hostile ones: test_reward_hacks.py
     task = env.make_tasks("train", 2, 5, 1)[0]
     entry = json.loads(task.verifier_json)["entry"]
     score = verify(box, task, body.format(entry=entry))
