@@ -152,6 +152,8 @@ class BwrapSandbox(PoolSandbox):
             "--proc", "/proc", "--dev", "/dev",
             "--size", str(TMPFS_MB << 20), "--tmpfs", "/tmp",
             "--size", str(TMPFS_MB << 20), "--tmpfs", "/work", "--chdir", "/work",
+            # bwrap's own root and /dev are tmpfs mounts, writable and unbounded unless remounted
+            "--remount-ro", "/dev", "--remount-ro", "/",
             "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin",
             "--setenv", "HOME", "/work",

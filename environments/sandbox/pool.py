@@ -150,6 +150,7 @@ class PoolSandbox(Sandbox):
         self._all: set[Worker] = set()
         self._closed = False
         self.spawned = 0  # how many workers were ever started (respawns show here)
+        self.grace_s = GRACE_S
 
     @abstractmethod
     def _spawn(self) -> Transport: ...
@@ -207,7 +208,7 @@ class PoolSandbox(Sandbox):
                "files": files, "wipe": wipe}  # fmt: skip
         worker.uses += 1
         try:
-            reply = worker.call(req, limits.wall_s + GRACE_S)
+            reply = worker.call(req, limits.wall_s + self.grace_s)
         except WorkerDied as exc:
             return ExecResult(None, "", "", time.monotonic() - start, error=f"sandbox worker died: {exc}")
         except ValueError as exc:
@@ -232,6 +233,21 @@ class PoolSandbox(Sandbox):
         held = [self._acquire() for _ in range(min(n or self.concurrency, self.concurrency))]
         for worker in held:
             self._release(worker, wipe=False)
+
+    def idle_leftovers(self) -> list[int]:
+        """Processes other than the worker in each idle sandbox, as the worker sees them
+        (in-sandbox pids). Always empty unless something escaped the kill between runs."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        found = []
+        try:
+            for worker in idle:
+                if not worker.dead:
+                    found += worker.call({"op": "ping"}, GRACE_S)["others"]
+        finally:
+            with self._lock:
+                self._idle += idle
+        return found
 
     def close(self) -> None:
         self._closed = True

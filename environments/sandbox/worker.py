@@ -42,6 +42,8 @@ FAST_FLAGS = {"-I", "-S", "-u", "-B", "-E", "-s"}
 RLIMITS = {"memory_mb": ("RLIMIT_AS", 1 << 20), "cpu_s": ("RLIMIT_CPU", 1),
            "max_procs": ("RLIMIT_NPROC", 1), "file_size_mb": ("RLIMIT_FSIZE", 1 << 20)}
 SNAPSHOT_MAX = 64 << 20
+IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+           signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 snapshot = {}
 
 
@@ -102,8 +104,9 @@ def child(req, stdin_fd, out_w, err_w, keep):
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.closerange(3, 65536)  # the worker's protocol pipes above all
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        for sig in IGNORED:
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh python
         os.chdir(WORK)
         lim = req["limits"]
         for key, (name, unit) in RLIMITS.items():
@@ -338,7 +341,9 @@ def handle(req, keep):
         empty(TMP)
     elif op != "ping":
         raise ValueError(f"unknown op {op!r}")
-    return {"pid": os.getpid()}
+    # every other process this sandbox can see: none between executions, or a leak
+    others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+    return {"pid": os.getpid(), "others": others}
 
 
 def main():
@@ -348,6 +353,9 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     nondumpable()
+    # A namespace's init gets only the signals it handles from inside: handle none.
+    for sig in IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
     keep = {"path": list(sys.path)}
     os.umask(0o022)
     for d in (WORK, TMP):
