@@ -54,7 +54,11 @@ def _client():
 def docker_unavailable() -> str | None:
     """None when a docker engine answers, else why not (for skips and errors)."""
     try:
-        _client().ping()
+        client = _client()
+        try:
+            client.ping()
+        finally:
+            client.close()
         return None
     except Exception as exc:  # noqa: BLE001 (any failure means: no usable engine)
         return f"no docker engine reachable (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unset')}): {exc}"
@@ -107,10 +111,11 @@ class DockerTransport(Transport):
         if self.killed:
             return
         self.killed = True
-        try:
-            self.raw.close()
-        except OSError:
-            pass
+        for s in (self.sock, self.raw):  # the SDK's wrapper and the socket under it
+            try:
+                s.close()
+            except OSError:
+                pass
         try:
             self.container.remove(force=True)  # kills it first; the container, not a client
         except Exception:  # noqa: BLE001  already gone (auto_remove) or being removed
@@ -167,6 +172,7 @@ class DockerSandbox(PoolSandbox):
                 c.remove(force=True)
             except Exception:  # noqa: BLE001
                 pass
+        self.client.close()  # its pooled HTTP connections
 
 
 # ---- the image ------------------------------------------------------------------------
