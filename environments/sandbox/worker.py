@@ -27,6 +27,7 @@ entries. If the worker is not pid 1 (never the case in our backends) it refuses
 `kill(-1)` and only kills the process group.
 """
 
+import gc
 import json
 import os
 import select
@@ -129,20 +130,19 @@ def child(req, stdin_fd, out_w, err_w, keep):
         if code is None:
             with open(filename, "rb") as f:
                 code = f.read()
+        else:
+            code = keep["compiled"].get(code, code)
         sys.path[:] = keep["path"]
         if not isolated:
             sys.path.insert(0, "" if filename == "<string>" else os.path.dirname(os.path.abspath(filename)))
-        for name in ("stdin", "stdout", "stderr"):
-            fd = ["stdin", "stdout", "stderr"].index(name)
-            setattr(sys, name, open(fd, "w" if fd else "r", encoding="utf-8", closefd=False,
-                                    errors="backslashreplace" if fd == 2 else "strict"))
+        sys.stdin, sys.stdout, sys.stderr = keep["stdio"]  # made unused in the worker: empty buffers
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
         sys.modules["__main__"] = type(sys)("__main__")
         ns = sys.modules["__main__"].__dict__
         ns.update({"__name__": "__main__", "__file__": filename, "__builtins__": __builtins__})
         status = 0
         try:
-            exec(compile(code, filename, "exec"), ns)
+            exec(code if not isinstance(code, (str, bytes)) else compile(code, filename, "exec"), ns)
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if e.code is not None and not isinstance(e.code, int):
@@ -182,7 +182,25 @@ def reap_all():
             return
 
 
+def precompile(req, keep):
+    """Compile `-c` code in the worker, where the code object stays for the next
+    executions (a verifier's harness is the same every time); children inherit it by
+    fork. A compile error is left for the child to raise, as python would."""
+    fast = fast_path(req.get("argv") or ["python", "-c", req.get("code") or ""])
+    cache = keep["compiled"]
+    if fast and fast[0] is not None and fast[0] not in cache and len(fast[0]) < 1 << 16:
+        try:
+            code = compile(fast[0], "<string>", "exec", dont_inherit=True)
+        except BaseException:
+            return
+        if len(cache) >= 64:
+            cache.pop(next(iter(cache)))
+        cache[fast[0]] = code
+        gc.freeze()  # what the worker holds now is never scanned (nor copied) by a child's gc
+
+
 def run(req, keep):
+    precompile(req, keep)
     lim = req["limits"]
     cap = int(lim["output_bytes"])
     stdin_fd = os.memfd_create("stdin")
@@ -356,7 +374,10 @@ def main():
     # A namespace's init gets only the signals it handles from inside: handle none.
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
-    keep = {"path": list(sys.path)}
+    stdio = [open(fd, "w" if fd else "r", encoding="utf-8", closefd=False,
+                  errors="backslashreplace" if fd == 2 else "strict") for fd in (0, 1, 2)]
+    keep = {"path": list(sys.path), "compiled": {}, "stdio": stdio}
+    gc.freeze()
     os.umask(0o022)
     for d in (WORK, TMP):
         os.chmod(d, 0o700)  # this uid only
