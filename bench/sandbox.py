@@ -74,10 +74,10 @@ def measure(run_many, js, specs) -> float:
 
 
 def leftovers(before_fds: int) -> str:
-    kids = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "pid="], capture_output=True, text=True).stdout.split()
+    kids = open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()
     fds = len(os.listdir("/proc/self/fd")) - before_fds
     tmp = [e for e in os.listdir(tempfile.gettempdir()) if e.startswith("flywheel")]
-    return f"leftovers: {len(kids) - 1} child processes, {fds} extra fds, {len(tmp)} temp dirs"
+    return f"leftovers: {len(kids)} child processes, {fds} extra fds, {len(tmp)} temp dirs"
 
 
 def main() -> None:
