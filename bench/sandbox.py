@@ -74,7 +74,7 @@ def measure(run_many, js, specs) -> float:
 
 
 def leftovers(before_fds: int) -> str:
-    kids = open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()
+    kids = [k for t in os.listdir("/proc/self/task") for k in open(f"/proc/self/task/{t}/children").read().split()]
     fds = len(os.listdir("/proc/self/fd")) - before_fds
     tmp = [e for e in os.listdir(tempfile.gettempdir()) if e.startswith("flywheel")]
     return f"leftovers: {len(kids)} child processes, {fds} extra fds, {len(tmp)} temp dirs"

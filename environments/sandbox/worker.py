@@ -377,6 +377,9 @@ def main():
     stdio = [open(fd, "w" if fd else "r", encoding="utf-8", closefd=False,
                   errors="backslashreplace" if fd == 2 else "strict") for fd in (0, 1, 2)]
     keep = {"path": list(sys.path), "compiled": {}, "stdio": stdio}
+    # -I ignores PYTHONDONTWRITEBYTECODE: say it here, or forked children write .pyc files
+    # into /work, whose second-granular mtimes then hide an edit of the same size.
+    sys.dont_write_bytecode = True
     gc.freeze()
     os.umask(0o022)
     for d in (WORK, TMP):
