@@ -431,3 +431,35 @@ def test_a_hung_worker_is_killed_and_removed(box):
     else:
         assert t.proc.poll() is not None
     assert serves(box)
+
+
+def test_an_execution_cannot_find_an_earlier_ones_code(contained):
+    """The worker forks children from itself: nothing of an earlier execution (here a
+    trajectory's command with a secret) may remain in it for a later child to find."""
+    left, right = secrets.token_hex(6), secrets.token_hex(6)
+    with contained.workspace() as ws:
+        ws.run(code=f"secret = {left + right!r}", stdin=left + right)
+    res = py(contained, f"""
+import gc, sys, types
+def search():  # everything reachable from the stack (the worker's frames too) and the gc
+    target = {left!r} + {right!r}
+    todo, seen, f = list(gc.get_objects()), set(), sys._getframe(1)
+    while f:
+        todo += [f.f_locals, f.f_globals, f.f_code]
+        f = f.f_back
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or o is target:
+            continue
+        seen.add(id(o))
+        if isinstance(o, str) and target in o or isinstance(o, (bytes, bytearray)) and target.encode() in o:
+            return True
+        todo += gc.get_referents(o)
+        if isinstance(o, types.CodeType):
+            todo += o.co_consts
+        if isinstance(o, dict):  # gc does not report str keys
+            todo += list(o)
+    return False
+print(search())
+""")
+    assert res.stdout.strip() == "False"

@@ -1,8 +1,13 @@
 """The sandbox interface: run untrusted code with files, stdin and limits.
 
 Every backend returns an `ExecResult` and never raises for what the code did (crash,
-time-out, memory): those are results. An infrastructure failure (the sandbox itself
-could not start) is reported in `ExecResult.error` so the caller can record or retry it.
+time-out, memory): those are results. An infrastructure failure (the sandbox could not
+start, or its worker died mid-execution) is reported in `ExecResult.error` so the caller
+can record or retry it.
+
+Two ways in: `Sandbox.run(job)` / `map(jobs)` for one-shot jobs in a fresh, empty
+workspace (verification), and `Sandbox.workspace(files)` for a workspace held across
+the several commands of one trajectory, with `reset()` back to a snapshot.
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ class ExecResult:
 
 @dataclass
 class Job:
+    """A one-shot execution. `argv[0] == "python"` means the sandbox's interpreter.
+    Model-written code belongs in `files`; a `python -c` program is taken to be the
+    environment's own harness (pool backends keep it compiled across executions)."""
+
     argv: list[str]
     files: dict[str, str] = field(default_factory=dict)
     stdin: str = ""

@@ -204,8 +204,9 @@ class PoolSandbox(Sandbox):
     def _run_on(self, worker, argv, code, stdin, limits: Limits, files, wipe) -> ExecResult:
         start = time.monotonic()
         argv = list(argv) if argv is not None else None
+        # one-shot jobs (wipe) carry the environment's harness as `-c`: the worker may keep it compiled
         req = {"op": "run", "argv": argv, "code": code, "stdin": stdin, "limits": dataclasses.asdict(limits),
-               "files": files, "wipe": wipe}  # fmt: skip
+               "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
         worker.uses += 1
         try:
             reply = worker.call(req, limits.wall_s + self.grace_s)

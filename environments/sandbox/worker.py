@@ -185,7 +185,11 @@ def reap_all():
 def precompile(req, keep):
     """Compile `-c` code in the worker, where the code object stays for the next
     executions (a verifier's harness is the same every time); children inherit it by
-    fork. A compile error is left for the child to raise, as python would."""
+    fork. A compile error is left for the child to raise, as python would. Only when
+    the host asks (`cache`: one-shot jobs, whose `-c` is the environment's harness): a
+    later child could read the cache, so model-written commands never enter it."""
+    if not req.get("cache"):
+        return
     fast = fast_path(req.get("argv") or ["python", "-c", req.get("code") or ""])
     cache = keep["compiled"]
     if fast and fast[0] is not None and fast[0] not in cache and len(fast[0]) < 1 << 16:
