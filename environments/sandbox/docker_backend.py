@@ -12,7 +12,9 @@ Every container: non-root user 65534, network mode none, read-only root, /work a
 /tmp as size-limited tmpfs, all capabilities dropped, no-new-privileges, no IPC
 sharing, `mem_limit == memswap_limit` (no swap escape), `pids_limit`, and the cleared
 environment of the worker. The code's own limits (rlimits, wall clock, output cap)
-are enforced by the worker, as under bwrap.
+are enforced by the worker, as under bwrap, except processes: RLIMIT_NPROC is per host
+uid without a user namespace, so `pids_limit` (from the pool's limits, not per job)
+bounds them.
 
 The image is built locally, without a registry (`flywheel sandbox build-image`): a
 rootfs of the host's system python (interpreter, stdlib without its tests, the shared
@@ -164,6 +166,12 @@ class DockerSandbox(PoolSandbox):
             api.remove_container(cid, force=True)
             raise
         return transport
+
+    def _wire_limits(self, limits: Limits) -> dict:
+        # Without a user namespace, RLIMIT_NPROC counts every process of uid 65534 on the
+        # host, all containers (and bwrap sandboxes) together: a busy pool would make it
+        # refuse forks. The container's pids_limit is the per-sandbox bound instead.
+        return {**super()._wire_limits(limits), "max_procs": 1 << 15}
 
     def close(self) -> None:
         super().close()

@@ -201,11 +201,15 @@ class PoolSandbox(Sandbox):
         finally:
             self._slots.release()
 
+    def _wire_limits(self, limits: Limits) -> dict:
+        """The limits as the worker applies them (a backend may enforce one differently)."""
+        return dataclasses.asdict(limits)
+
     def _run_on(self, worker, argv, code, stdin, limits: Limits, files, wipe) -> ExecResult:
         start = time.monotonic()
         argv = list(argv) if argv is not None else None
         # one-shot jobs (wipe) carry the environment's harness as `-c`: the worker may keep it compiled
-        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin, "limits": dataclasses.asdict(limits),
+        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin, "limits": self._wire_limits(limits),
                "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
         worker.uses += 1
         try:
