@@ -51,6 +51,8 @@ stop() {
     $SUDO kill -9 "$pid" 2>/dev/null || true
   fi
   $SUDO rm -f "$DIR/docker.pid"
+  # dockerd bind-mounts its data-root onto itself; one killed hard leaves that mount
+  if mountpoint -q "$DIR/data" 2>/dev/null; then $SUDO umount "$DIR/data" 2>/dev/null || $SUDO umount -l "$DIR/data" || true; fi
   log "stopped"
 }
 
