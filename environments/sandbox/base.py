@@ -1,8 +1,13 @@
 """The sandbox interface: run untrusted code with files, stdin and limits.
 
 Every backend returns an `ExecResult` and never raises for what the code did (crash,
-time-out, memory): those are results. An infrastructure failure (the sandbox itself
-could not start) is reported in `ExecResult.error` so the caller can record or retry it.
+time-out, memory): those are results. An infrastructure failure (the sandbox could not
+start, or its worker died mid-execution) is reported in `ExecResult.error` so the caller
+can record or retry it.
+
+Two ways in: `Sandbox.run(job)` / `map(jobs)` for one-shot jobs in a fresh, empty
+workspace (verification), and `Sandbox.workspace(files)` for a workspace held across
+the several commands of one trajectory, with `reset()` back to a snapshot.
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ class ExecResult:
 
 @dataclass
 class Job:
+    """A one-shot execution. `argv[0] == "python"` means the sandbox's interpreter.
+    Model-written code belongs in `files`; a `python -c` program is taken to be the
+    environment's own harness (pool backends keep it compiled across executions)."""
+
     argv: list[str]
     files: dict[str, str] = field(default_factory=dict)
     stdin: str = ""
@@ -73,8 +82,43 @@ def rlimit_launcher(python: str, limits: Limits) -> list[str]:
     return [python, "-I", "-S", "-c", code]
 
 
+class Workspace(ABC):
+    """A sandboxed working directory (/work inside) held across several executions, e.g.
+    the commands of one trajectory. Leftover processes are killed after every run; files
+    in /work and /tmp stay until `reset()` (back to the last snapshot, by default the
+    files given at acquire) or `release()` (wiped, the sandbox goes back to the pool)."""
+
+    @abstractmethod
+    def run(self, argv: list[str] | None = None, *, code: str | None = None, stdin: str = "",
+            limits: Limits | None = None) -> ExecResult:
+        """argv ("python" means the sandbox's interpreter), or python `code`."""
+
+    @abstractmethod
+    def put(self, files: dict[str, str]) -> None: ...
+
+    @abstractmethod
+    def read_file(self, path: str, max_bytes: int = 1 << 20) -> str: ...
+
+    @abstractmethod
+    def snapshot(self) -> None:
+        """Make the current files the state that `reset()` returns to."""
+
+    @abstractmethod
+    def reset(self) -> None: ...
+
+    @abstractmethod
+    def release(self) -> None: ...
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 class Sandbox(ABC):
-    """A backend that runs `Job`s in isolated, throw-away workspaces."""
+    """A backend that runs `Job`s in isolated workspaces: `run`/`map` for one-shot jobs
+    (a fresh, empty workspace each), `workspace(files)` for one held across steps."""
 
     name: str = "abstract"
     safe: bool = True
@@ -84,8 +128,9 @@ class Sandbox(ABC):
         self.concurrency = concurrency
         self.python = python
 
-    @abstractmethod
-    def _execute(self, job: Job, workdir: Path, limits: Limits) -> ExecResult: ...
+    def _execute(self, job: Job, workdir: Path, limits: Limits) -> ExecResult:
+        """For backends that run each job in a host temp dir (see `run`)."""
+        raise NotImplementedError
 
     def run(self, job: Job) -> ExecResult:
         limits = job.limits or self.limits
@@ -109,8 +154,18 @@ class Sandbox(ABC):
         with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
             return list(pool.map(self.run, jobs))
 
+    @abstractmethod
+    def workspace(self, files: dict[str, str] | None = None) -> Workspace:
+        """Acquire a workspace holding `files`; use it as a context manager."""
+
     def close(self) -> None:
         pass
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def cap_output(data: bytes, limit: int) -> tuple[str, bool]:

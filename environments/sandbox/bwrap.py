@@ -1,28 +1,50 @@
-"""bubblewrap backend: a fresh, unprivileged, network-less sandbox per execution.
+"""bubblewrap backend (the default): a warm pool of sandboxed fork-server workers.
 
-What it does: runs bwrap as the host's `nobody` (when started as root), in new user,
-pid, net, ipc, uts and cgroup namespaces with nested user namespaces disabled; the
-root is read-only and holds only /usr (plus the interpreter's prefix); /tmp is a small
-tmpfs; the environment is cleared; rlimits (address space, CPU, processes, file size,
-open files, core) are set inside before the code starts; the wall-clock limit kills
-bwrap's whole process group, and `--die-with-parent --as-pid-1` take every process
-in the sandbox down with it. stdout/stderr go to host files, so RLIMIT_FSIZE also caps
-what a flood of output can cost.
+Each worker is one long-lived bwrap sandbox running `worker.py` under the sandbox's
+/usr/bin/python3; it forks a child per execution (see worker.py for the per-execution
+rules: rlimits, new session, wall-clock kill, kill(-1) of leftovers, wipe).
 
-What it does not do (yet): keep warm workers or workspaces across calls, or cgroup
-limits; those come with the pool in the sandbox issue.
+The sandbox: bwrap runs as the host's `nobody` when we are root (so even a kernel bug
+in the user namespace leaves an unprivileged host uid), in new user, pid, net, ipc,
+uts and cgroup namespaces with nested user namespaces disabled (`--disable-userns`),
+no capabilities, `--new-session` (no TIOCSTI into a terminal), `--die-with-parent`
+and `--as-pid-1` (the worker is the namespace's init, which is what lets it kill every
+leftover process and not itself). The root holds only a read-only /usr (plus the
+interpreter's prefix when it lives elsewhere), a fresh /proc and minimal /dev;
+/work and /tmp are size-limited tmpfs mounts of the sandbox itself, so no host
+directory is ever writable or even visible. The environment is cleared.
+
+cgroup limits where the machine allows (root and a writable cgroup v1 memory and pids
+hierarchy, as here): each worker gets its own memory cgroup (the code's memory plus
+the two tmpfs mounts plus the worker) and pids cgroup, nested under the cgroup we run
+in, so they add to, never escape, the limits above us. Without them, rlimits still
+bound each process (RLIMIT_NPROC is counted per user namespace on kernels >= 5.14).
+cgroup v2 and the cpu controller are not used: not available here, and RLIMIT_CPU plus
+the wall clock already bound CPU per execution.
+
+Not done: seccomp filters (bwrap can load one; no filter is shipped yet), and a way to
+keep background processes alive between the steps of a workspace (all are killed).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from pathlib import Path
 
-from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, rlimit_launcher, spawn_and_collect
+from environments.sandbox.base import Job, Limits
+from environments.sandbox.pool import WORKER_SOURCE, PoolSandbox, Transport, WorkerDied
 
 NOBODY = 65534
+TMPFS_MB = 64  # each of /work and /tmp
+WORKER_MB = 64  # the worker's own memory, in the cgroup budget
 
 
 def _interpreter_binds(python: str) -> list[str]:
@@ -34,19 +56,89 @@ def _interpreter_binds(python: str) -> list[str]:
     return ["--ro-bind", prefix, prefix]
 
 
-class BwrapSandbox(Sandbox):
+def _own_cgroup(controller: str) -> Path | None:
+    """Our cgroup v1 directory for a controller, when we may create children in it."""
+    base = Path("/sys/fs/cgroup") / controller
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            if controller in names.split(","):
+                own = base / path.lstrip("/")
+                return own if os.geteuid() == 0 and os.access(own, os.W_OK) else None
+    except OSError:
+        pass
+    return None
+
+
+class BwrapTransport(Transport):
+    def __init__(self, proc: subprocess.Popen, errlog, cgroups: list[Path]):
+        self.proc, self.errlog, self.cgroups = proc, errlog, cgroups
+        self.rfd, self.wfd = proc.stdout.fileno(), proc.stdin.fileno()
+        self.killed = False
+
+    def send(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(self.wfd, data):]
+
+    def recv(self, n: int, deadline: float) -> bytes:
+        chunks = []
+        while n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.rfd], [], [], left)[0]:
+                raise WorkerDied("no reply in time")
+            b = os.read(self.rfd, n)
+            if not b:
+                raise WorkerDied(f"worker exited: {self.stderr()}")
+            chunks.append(b)
+            n -= len(b)
+        return b"".join(chunks)
+
+    def stderr(self) -> str:
+        self.errlog.seek(0)
+        return self.errlog.read(2000).decode(errors="replace").strip() or f"exit {self.proc.poll()}"
+
+    def kill(self) -> None:
+        if self.killed:
+            return
+        self.killed = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # bwrap; the worker follows by die-with-parent
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.errlog):
+            try:
+                f.close()
+            except OSError:
+                pass
+        for cg in self.cgroups:  # empty once the sandbox's last process is gone
+            for _ in range(100):
+                try:
+                    cg.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+class BwrapSandbox(PoolSandbox):
     name = "bwrap"
 
-    def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3"):
-        super().__init__(limits, concurrency, python)
+    def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
+                 recycle_after: int = 0, cgroups: bool = True):
+        super().__init__(limits, concurrency, python, recycle_after)
         self.bwrap = shutil.which("bwrap")
         if self.bwrap is None:
             raise RuntimeError("bubblewrap is not installed: apt-get install bubblewrap")
         if not os.path.exists(python):
             raise RuntimeError(f"sandbox python {python!r} does not exist (sandbox.python)")
         self.drop_to_nobody = os.geteuid() == 0
+        roots = [_own_cgroup("memory"), _own_cgroup("pids")] if cgroups else [None]
+        self.cgroup_roots = roots if all(roots) else []
+        self.tag = f"flywheel-sbx-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
-    def _argv(self, job: Job, limits: Limits) -> list[str]:
+    def _argv(self) -> list[str]:
         return [
             self.bwrap,
             "--unshare-all", "--unshare-user", "--disable-userns",
@@ -58,27 +150,60 @@ class BwrapSandbox(Sandbox):
             "--symlink", "usr/bin", "/bin",
             *_interpreter_binds(self.python),
             "--proc", "/proc", "--dev", "/dev",
-            "--size", str(64 << 20), "--tmpfs", "/tmp",
-            "--bind", "{workdir}", "/work", "--chdir", "/work",
+            "--size", str(TMPFS_MB << 20), "--tmpfs", "/tmp",
+            "--size", str(TMPFS_MB << 20), "--tmpfs", "/work", "--chdir", "/work",
+            # bwrap's own root and /dev are tmpfs mounts, writable and unbounded unless remounted
+            "--remount-ro", "/dev", "--remount-ro", "/",
             "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin",
             "--setenv", "HOME", "/work",
+            "--setenv", "LANG", "C.UTF-8",
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             "--",
-            *rlimit_launcher(self.python, limits),
-            *[self.python if a == "python" else a for a in job.argv],
+            self.python, "-I", "-c", WORKER_SOURCE,
         ]  # fmt: skip
 
-    def _execute(self, job: Job, workdir: Path, limits: Limits) -> ExecResult:
-        argv = [str(workdir) if a == "{workdir}" else a for a in self._argv(job, limits)]
-        if self.drop_to_nobody:
-            for path in [workdir, *workdir.rglob("*")]:
-                os.chown(path, NOBODY, NOBODY)
+    def _make_cgroups(self) -> list[Path]:
+        """A memory and a pids cgroup for one worker, whose procs file `nobody` may
+        write, so the unprivileged launcher can move itself in before bwrap starts."""
+        made = []
+        mem_root, pids_root = self.cgroup_roots
+        name = f"{self.tag}-{uuid.uuid4().hex[:8]}"
+        try:
+            mem = mem_root / name
+            mem.mkdir()
+            made.append(mem)
+            budget = (self.limits.memory_mb + 2 * TMPFS_MB + WORKER_MB) << 20
+            (mem / "memory.limit_in_bytes").write_text(str(budget))
+            swap = mem / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                swap.write_text(str(budget))
+            pids = pids_root / name
+            pids.mkdir()
+            made.append(pids)
+            (pids / "pids.max").write_text(str(self.limits.max_procs + 8))
+            for cg in made:
+                os.chown(cg / "cgroup.procs", NOBODY if self.drop_to_nobody else -1, -1)
+        except OSError:
+            for cg in reversed(made):
+                cg.rmdir()
+            self.cgroup_roots = []  # this machine does not allow it: rlimits only
+            return []
+        return made
+
+    def _spawn(self) -> BwrapTransport:
+        cgroups = self._make_cgroups() if self.cgroup_roots else []
+        argv = self._argv()
+        if cgroups:  # the launcher joins the cgroups itself, so bwrap and all it starts are in them
+            join = 'for f in "$@"; do case $f in --) shift; break;; esac; echo $$ > "$f"; shift; done; exec "$@"'
+            argv = ["/bin/sh", "-c", join, "sh", *[str(c / "cgroup.procs") for c in cgroups], "--", *argv]
         extra = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if self.drop_to_nobody else {}
-        res = spawn_and_collect(argv, job.stdin, limits, env={}, **extra)
-        if res.exit_code not in (0, None) and "bwrap:" in res.stderr[:200] and not res.timed_out:
-            res.error = f"bwrap failed: {res.stderr.strip()[:300]}"  # the sandbox, not the code
-        return res
+        errlog = tempfile.TemporaryFile()
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, env={}, cwd="/",
+            start_new_session=True, close_fds=True, **extra,
+        )  # fmt: skip
+        return BwrapTransport(proc, errlog, cgroups)
 
 
 def check_available(python: str = "/usr/bin/python3") -> str | None:
@@ -87,7 +212,10 @@ def check_available(python: str = "/usr/bin/python3") -> str | None:
         box = BwrapSandbox(Limits(wall_s=10), 1, python)
     except RuntimeError as exc:
         return str(exc)
-    res = box.run(Job(["python", "-c", "print(6*7)"]))
+    try:
+        res = box.run(Job(["python", "-c", "print(6*7)"]))
+    finally:
+        box.close()
     if res.error or res.stdout.strip() != "42":
         return f"bubblewrap cannot run a sandbox here: {res.error or res.stderr.strip()}"
     return None

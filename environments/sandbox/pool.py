@@ -1,0 +1,262 @@
+"""The host side of the warm pool shared by the bwrap and docker backends.
+
+A backend only knows how to start one sandbox running `worker.py` and hand back a
+`Transport` (bytes in, bytes out, kill). Everything else lives here: the protocol,
+the pool (at most `concurrency` workers, warm, reused), recycling after N
+executions, respawning dead workers, and workspaces held across several commands.
+
+Failure semantics, on purpose: when a worker dies or stops answering in the middle of
+an execution (the host killed it, the kernel's OOM killer took it, the container
+vanished) the execution returns an `ExecResult` with `error` set, never a crash
+result: we cannot tell whether the code or the machine is to blame, and `error` is
+what tasks/score.py retries once before recording the `error` verdict. The dead
+worker is killed for good and a fresh one is started on the next acquire. The host
+waits `wall_s + GRACE_S` at most: a worker that overruns that is killed as hung.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+import threading
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace
+
+GRACE_S = 10.0  # for the worker's own bookkeeping beyond the code's wall time
+START_TIMEOUT_S = 60.0
+WORKER_SOURCE = (Path(__file__).parent / "worker.py").read_text()
+
+# bwrap's --die-with-parent is tied to the *thread* that spawned it: spawn every worker
+# from one thread that lives as long as the process, never from a short-lived map() thread.
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class Transport(ABC):
+    """A byte pipe to one worker's stdin/stdout."""
+
+    @abstractmethod
+    def send(self, data: bytes) -> None: ...
+
+    @abstractmethod
+    def recv(self, n: int, deadline: float) -> bytes:
+        """Exactly n bytes; raise WorkerDied on EOF or past the deadline."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """Kill the whole sandbox and release what it held (idempotent)."""
+
+
+class Worker:
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self.uses = 0
+        self.dead = False
+        hello = self._recv(time.monotonic() + START_TIMEOUT_S)
+        if not hello.get("ready"):
+            raise WorkerDied(f"worker did not start: {hello}")
+        self.pid = hello["pid"]
+
+    def _recv(self, deadline: float) -> dict:
+        (n,) = struct.unpack(">I", self.transport.recv(4, deadline))
+        return json.loads(self.transport.recv(n, deadline))
+
+    def call(self, req: dict, timeout: float) -> dict:
+        if self.dead:
+            raise WorkerDied("worker is dead")
+        try:
+            data = json.dumps(req).encode()
+            self.transport.send(struct.pack(">I", len(data)) + data)
+            reply = self._recv(time.monotonic() + timeout)
+        except Exception as exc:
+            self.kill()
+            raise WorkerDied(f"{type(exc).__name__}: {exc}") from exc
+        if "fail" in reply:
+            raise ValueError(reply["fail"])  # a bad request (e.g. a path escaping /work)
+        return reply
+
+    def kill(self) -> None:
+        self.dead = True
+        self.transport.kill()
+
+
+class PoolWorkspace(Workspace):
+    """A workspace on one worker. If that worker dies, the next call starts over on a
+    fresh worker from the files given at acquire (later state is lost; `lost` counts it)."""
+
+    def __init__(self, sandbox: "PoolSandbox", files: dict[str, str]):
+        self.sandbox, self.files, self.lost = sandbox, dict(files), 0
+        self.worker: Worker | None = None
+        self._attach()
+
+    def _attach(self) -> None:
+        self.worker = self.sandbox._acquire()
+        try:
+            self.worker.call({"op": "put", "files": self.files}, GRACE_S)
+            self.worker.call({"op": "snapshot"}, GRACE_S)
+        except Exception:
+            self.sandbox._release(self.worker, wipe=True)
+            self.worker = None
+            raise
+
+    def _live(self) -> Worker:
+        if self.worker is None:
+            raise RuntimeError("workspace was released")
+        if self.worker.dead:
+            self.sandbox._release(self.worker, wipe=False)
+            self.lost += 1
+            self._attach()
+        return self.worker
+
+    def run(self, argv=None, *, code=None, stdin="", limits: Limits | None = None) -> ExecResult:
+        return self.sandbox._run_on(self._live(), argv, code, stdin, limits or self.sandbox.limits, {}, False)
+
+    def put(self, files: dict[str, str]) -> None:
+        self._live().call({"op": "put", "files": files}, GRACE_S)
+
+    def read_file(self, path: str, max_bytes: int = 1 << 20) -> str:
+        return self._live().call({"op": "read", "path": path, "max_bytes": max_bytes}, GRACE_S)["content"]
+
+    def snapshot(self) -> None:
+        self._live().call({"op": "snapshot"}, GRACE_S)
+
+    def reset(self) -> None:
+        self._live().call({"op": "reset"}, GRACE_S)
+
+    def release(self) -> None:
+        if self.worker is not None:
+            self.sandbox._release(self.worker, wipe=True)
+            self.worker = None
+
+
+class PoolSandbox(Sandbox):
+    """A Sandbox backed by warm workers. Subclasses implement `_spawn() -> Transport`."""
+
+    def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
+                 recycle_after: int = 0):
+        super().__init__(limits, concurrency, python)
+        self.recycle_after = recycle_after  # 0: never
+        self._idle: list[Worker] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max(1, concurrency))
+        self._all: set[Worker] = set()
+        self._closed = False
+        self.spawned = 0  # how many workers were ever started (respawns show here)
+        self.grace_s = GRACE_S
+
+    @abstractmethod
+    def _spawn(self) -> Transport: ...
+
+    def _new_worker(self) -> Worker:
+        transport = _spawner.submit(self._spawn).result()
+        try:
+            worker = Worker(transport)
+        except BaseException:
+            transport.kill()
+            raise
+        with self._lock:
+            self.spawned += 1
+            self._all.add(worker)
+        return worker
+
+    def _acquire(self) -> Worker:
+        if self._closed:
+            raise RuntimeError("sandbox is closed")
+        self._slots.acquire()
+        try:
+            with self._lock:
+                while self._idle:
+                    worker = self._idle.pop()
+                    if not worker.dead:
+                        return worker
+                    self._all.discard(worker)
+            return self._new_worker()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _release(self, worker: Worker, wipe: bool) -> None:
+        try:
+            if not worker.dead and wipe:
+                try:
+                    worker.call({"op": "wipe"}, GRACE_S)
+                except Exception:
+                    worker.kill()
+            worn = self.recycle_after and worker.uses >= self.recycle_after
+            if worn or worker.dead or self._closed:
+                worker.kill()
+                with self._lock:
+                    self._all.discard(worker)
+            else:
+                with self._lock:
+                    self._idle.append(worker)
+        finally:
+            self._slots.release()
+
+    def _wire_limits(self, limits: Limits) -> dict:
+        """The limits as the worker applies them (a backend may enforce one differently)."""
+        return dataclasses.asdict(limits)
+
+    def _run_on(self, worker, argv, code, stdin, limits: Limits, files, wipe) -> ExecResult:
+        start = time.monotonic()
+        argv = list(argv) if argv is not None else None
+        # one-shot jobs (wipe) carry the environment's harness as `-c`: the worker may keep it compiled
+        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin, "limits": self._wire_limits(limits),
+               "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
+        worker.uses += 1
+        try:
+            reply = worker.call(req, limits.wall_s + self.grace_s)
+        except WorkerDied as exc:
+            return ExecResult(None, "", "", time.monotonic() - start, error=f"sandbox worker died: {exc}")
+        except ValueError as exc:
+            return ExecResult(None, "", "", time.monotonic() - start, error=str(exc))
+        return ExecResult(**reply)
+
+    def run(self, job: Job) -> ExecResult:
+        try:
+            worker = self._acquire()
+        except Exception as exc:
+            return ExecResult(None, "", "", 0.0, error=f"sandbox unavailable: {type(exc).__name__}: {exc}")
+        try:  # files, run and wipe in one round trip: the worker wipes /work and /tmp itself
+            return self._run_on(worker, job.argv, None, job.stdin, job.limits or self.limits, job.files, True)
+        finally:
+            self._release(worker, wipe=False)
+
+    def workspace(self, files: dict[str, str] | None = None) -> PoolWorkspace:
+        return PoolWorkspace(self, files or {})
+
+    def warm(self, n: int | None = None) -> None:
+        """Start workers ahead of the first jobs (start-up costs land here, not in a job)."""
+        held = [self._acquire() for _ in range(min(n or self.concurrency, self.concurrency))]
+        for worker in held:
+            self._release(worker, wipe=False)
+
+    def idle_leftovers(self) -> list[int]:
+        """Processes other than the worker in each idle sandbox, as the worker sees them
+        (in-sandbox pids). Always empty unless something escaped the kill between runs."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        found = []
+        try:
+            for worker in idle:
+                if not worker.dead:
+                    found += worker.call({"op": "ping"}, GRACE_S)["others"]
+        finally:
+            with self._lock:
+                self._idle += idle
+        return found
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            workers, self._all, self._idle = list(self._all), set(), []
+        for worker in workers:
+            worker.kill()

@@ -1,0 +1,135 @@
+"""The pool and workspace API on both backends: workspaces that live across steps and
+reset cheaply, recycling, respawn inside a workspace, the docker container's settings,
+bwrap's cgroups, and the config that picks a backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from environments.sandbox import Job, Limits
+from tests.sandbox_fixtures import BACKENDS, make_box, serves
+
+LIMITS = Limits(wall_s=5, memory_mb=256, max_procs=32, file_size_mb=4, output_bytes=4096)
+REPO = {"calc.py": "def add(a, b):\n    return a - b\n", "test_calc.py": "from calc import add\nassert add(2, 3) == 5\nprint('ok')\n"}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def box(request):
+    box = make_box(request.param, LIMITS, concurrency=2, recycle_after=50)
+    yield box
+    box.close()
+
+
+def test_workspace_holds_a_repository_across_steps_and_resets(box):
+    with box.workspace(REPO) as ws:
+        assert ws.run(["python", "test_calc.py"]).exit_code != 0  # the bug is there
+        ws.put({"calc.py": "def add(a, b):\n    return a + b\n"})  # step 1: the fix
+        ws.run(["sh", "-c", "echo notes > notes.txt; mkdir -p build; echo o > build/out"])  # step 2
+        res = ws.run(["python", "test_calc.py"])  # step 3 sees both
+        assert res.exit_code == 0 and res.stdout.strip() == "ok"
+        assert ws.read_file("notes.txt").strip() == "notes"
+        ws.reset()  # back to the files given at acquire
+        assert sorted(ws.run(code="import os; print(sorted(os.listdir('.')))").stdout.split("'")[1::2]) == sorted(REPO)
+        assert "a - b" in ws.read_file("calc.py")
+        ws.put({"calc.py": "def add(a, b):\n    return a + b\n"})
+        ws.snapshot()  # a new starting point
+        ws.run(["rm", "calc.py"])
+        ws.reset()
+        assert ws.run(["python", "test_calc.py"]).stdout.strip() == "ok"
+        with pytest.raises(ValueError):
+            ws.read_file("../etc/passwd")
+    assert serves(box)
+
+
+def test_released_workspace_leaves_nothing_for_the_next(box):
+    with box.workspace({"secret.txt": "from a previous trajectory"}) as ws:
+        ws.run(["sh", "-c", "echo x > /tmp/left"])
+    for _ in range(4):  # whichever worker comes next
+        res = box.run(Job(["sh", "-c", "ls -A /work /tmp"]))
+        assert "secret" not in res.stdout and "left" not in res.stdout
+
+
+def test_workspace_survives_its_worker_dying(box):
+    with box.workspace(REPO) as ws:
+        ws.put({"calc.py": "def add(a, b):\n    return a + b\n"})
+        ws.worker.transport.kill()
+        res = ws.run(["python", "test_calc.py"])
+        assert res.error and "died" in res.error  # the step in flight is an infra error
+        res = ws.run(["python", "test_calc.py"])  # then a fresh worker, from the starting files
+        assert ws.lost == 1 and res.error is None and res.exit_code != 0
+    assert serves(box)
+
+
+def test_workers_are_recycled_after_n_executions(box):
+    before = box.spawned
+    box.map([Job(["python", "-c", "pass"])] * 120)
+    assert box.spawned >= before + 2  # 120 executions over 2 workers, recycled every 50
+    assert box.idle_leftovers() == []
+
+
+def test_code_and_argv_forms(box):
+    with box.workspace() as ws:
+        assert ws.run(code="import sys; print(sys.argv, __name__)").stdout.strip() == "['-c'] __main__"
+        ws.put({"s.py": "import sys; print(sys.argv[1:], sys.stdin.read())"})
+        assert ws.run(["python", "s.py", "a"], stdin="in").stdout.strip() == "['a'] in"
+        assert ws.run(["python", "-c", "raise SystemExit(3)"]).exit_code == 3
+        assert ws.run(["python", "-c", "1/0"]).exit_code == 1
+        assert ws.run(["python", "-c", "syntax error here"]).exit_code == 1
+        assert ws.run(["python", "-m", "json.tool"], stdin="[1]").stdout.split() == ["[", "1", "]"]  # exec'd
+        assert ws.run(["no-such-program"]).exit_code == 127
+
+
+def test_docker_container_settings():
+    box = make_box("docker", LIMITS, concurrency=1)
+    try:
+        box.warm()
+        t = next(iter(box._all)).transport
+        t.container.reload()
+        host, cfg = t.container.attrs["HostConfig"], t.container.attrs["Config"]
+        assert host["Memory"] == host["MemorySwap"] > 0 and host["PidsLimit"] == LIMITS.max_procs + 8
+        assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]
+        assert "no-new-privileges" in host["SecurityOpt"] and set(host["Tmpfs"]) == {"/work", "/tmp"}
+        assert cfg["User"] == "65534:65534" and not any(e.startswith("AWS") for e in cfg["Env"])
+    finally:
+        box.close()
+
+
+def test_bwrap_workers_get_cgroup_limits():
+    box = make_box("bwrap", LIMITS, concurrency=1)
+    try:
+        if not box.cgroup_roots:
+            pytest.skip("cgroup v1 memory/pids not writable here: rlimits only")
+        box.warm()
+        t = next(iter(box._all)).transport
+        mem, pids = t.cgroups
+        assert int((mem / "memory.limit_in_bytes").read_text()) < (LIMITS.memory_mb + 1024) << 20
+        assert int((pids / "pids.max").read_text()) == LIMITS.max_procs + 8
+        assert str(t.proc.pid) in (pids / "cgroup.procs").read_text().split() or (pids / "cgroup.procs").read_text()
+    finally:
+        box.close()
+    assert not t.cgroups[0].exists() and not t.cgroups[1].exists()
+
+
+def test_make_sandbox_picks_the_configured_backend():
+    from environments.sandbox import make_sandbox
+    from flywheel.config import SandboxConfig
+
+    box = make_sandbox(SandboxConfig(concurrency=1))
+    assert box.name == "bwrap" and box.safe and serves(box)
+    box.close()
+    make_box("docker", LIMITS, 1).close()  # skips (or fails under CI) without an engine
+    box = make_sandbox(SandboxConfig(backend="docker", concurrency=1, recycle_after=7))
+    assert box.name == "docker" and box.recycle_after == 7 and serves(box)
+    box.close()
+
+
+def test_process_backend_workspace_is_unsafe_but_works(tmp_path):
+    from environments.sandbox.process import ProcessSandbox
+
+    with pytest.warns(UserWarning, match="WITHOUT isolation"):
+        box = ProcessSandbox(LIMITS, 1)
+    with box.workspace(REPO) as ws:
+        ws.put({"calc.py": "def add(a, b):\n    return a + b\n"})
+        assert ws.run(["python", "test_calc.py"]).stdout.strip() == "ok"
+        ws.reset()
+        assert ws.run(["python", "test_calc.py"]).exit_code != 0
