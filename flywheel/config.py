@@ -85,6 +85,17 @@ class SamplerConfig(BaseModel):
     max_replay_fraction: float = Field(0.5, ge=0, le=1)
 
 
+class CurriculumConfig(BaseModel):
+    enabled: bool = Field(True, description="Off: fresh tasks spread evenly over sampler.levels.")
+    open_threshold: float = Field(
+        0.2, ge=0, le=1, description="A level opens when the one below passes this share of its samples."
+    )
+    window_cycles: int = Field(3, ge=1, description="Pass rates are measured over this many recent cycles.")
+    min_weight: float = Field(
+        0.1, gt=0, le=1, description="Floor on the sampling weight of a level whose groups all score alike."
+    )
+
+
 class ReplayConfig(BaseModel):
     enabled: bool = True
     threshold: float = Field(1.0, description="Best reward below this counts as a failure.")
@@ -126,6 +137,7 @@ class FlywheelConfig(BaseModel):
     store: StoreConfig = StoreConfig()
     sampler: SamplerConfig = SamplerConfig()
     replay: ReplayConfig = ReplayConfig()
+    curriculum: CurriculumConfig = CurriculumConfig()
     reward: RewardConfig = RewardConfig()
     trainer: TrainerConfig = TrainerConfig()
 

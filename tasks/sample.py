@@ -1,5 +1,6 @@
 """Stage 1, sample: this cycle's tasks = the replay queue (failures of earlier cycles)
-plus fresh train-split tasks spread over the configured domains and levels.
+plus fresh train-split tasks over the configured domains and the levels the curriculum
+(tasks/curriculum.py) has opened, weighted by how much there is to learn at each.
 
 Fresh tasks are seeded by (run seed, cycle, domain, level), so a re-run of a cycle draws
 the same tasks. Only the train split is ever sampled here; eval tasks come from the
@@ -15,6 +16,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from environments import get_environment
+from tasks.curriculum import level_stats
+from tasks.curriculum import plan as curriculum_plan
 from storage.schema import TaskSpec, stable_id
 
 
@@ -32,7 +35,13 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
     replayed = (rt.lake.read_replay_queue(rt.run_id, cycle) or []) if cfg.replay.enabled else []
     replayed = replayed[: int(cfg.sampler.tasks_per_cycle * cfg.sampler.max_replay_fraction)]
     fresh: list[TaskSpec] = []
-    plan = fresh_plan(cfg.sampler.domains, cfg.sampler.levels, cfg.sampler.tasks_per_cycle - len(replayed))
+    count = cfg.sampler.tasks_per_cycle - len(replayed)
+    if cfg.curriculum.enabled:
+        cur = cfg.curriculum
+        stats = level_stats(rt.lake, rt.run_id, cycle - 1, cur.window_cycles)
+        plan = curriculum_plan(cfg.sampler.domains, cfg.sampler.levels, count, stats, cur.open_threshold, cur.min_weight)
+    else:
+        plan = fresh_plan(cfg.sampler.domains, cfg.sampler.levels, count)
     for (domain, level), count in sorted(plan.items()):
         seed = int(stable_id("fresh", cfg.seed, cycle, domain, level), 16) % (2**62)
         fresh += get_environment(domain).make_tasks("train", level, seed, count)

@@ -1,0 +1,43 @@
+"""The curriculum: levels open on measured pass rates; flat levels are sampled less."""
+
+from environments import get_environment
+from storage.lake import Lake
+from tasks.curriculum import LevelStats, level_stats, open_levels, plan
+
+from .test_lake import make_trajectories
+
+
+def test_levels_open_in_order_on_the_threshold():
+    s = {("code", 1): LevelStats(0.1, 0.5, 10)}
+    assert open_levels([1, 2, 3], s, "code", 0.2) == [1]
+    s[("code", 1)] = LevelStats(0.25, 0.5, 10)
+    assert open_levels([1, 2, 3], s, "code", 0.2) == [1, 2]
+    s[("code", 2)] = LevelStats(0.0, 0.0, 4)  # tried, hard: stays open, 3 stays shut
+    assert open_levels([3, 1, 2], s, "code", 0.2) == [1, 2]
+    assert open_levels([1, 2, 3], s, "math", 0.2) == [1]  # per domain
+
+
+def test_plan_weights_flat_levels_down_and_sums_to_count():
+    s = {("code", 1): LevelStats(0.9, 0.1, 10), ("code", 2): LevelStats(0.3, 0.8, 10)}
+    p = plan(["code"], [1, 2, 3], 10, s, 0.2, 0.1)
+    assert sum(p.values()) == 10 and set(p) == {("code", 1), ("code", 2), ("code", 3)}
+    assert p[("code", 3)] > p[("code", 2)] > p[("code", 1)]  # untried 1.0 > 0.8 > 0.1
+    assert plan(["code", "math"], [1, 2, 3], 7, {}, 0.2, 0.1) == {("code", 1): 4, ("math", 1): 3}
+    assert plan(["code"], [1], 5, s, 0.2, 0.1) == {("code", 1): 5}
+
+
+def test_level_stats_from_the_lake(tmp_path):
+    env = get_environment("code")
+    lake = Lake(str(tmp_path / "lake"))
+    t1, t2 = env.make_tasks("train", 1, 0, 2), env.make_tasks("train", 2, 0, 2)
+    rewards = {t1[0].task_id: [1, 1], t1[1].task_id: [1, 0], t2[0].task_id: [0, 0], t2[1].task_id: [0, 0]}
+    trajs = make_trajectories("r", 0, t1 + t2, rewards)
+    for tr in trajs:
+        tr.verdict = "pass" if tr.reward == 1 else "fail"
+    lake.commit_cycle("r", 0, t1 + t2, trajs)
+    s = level_stats(lake, "r", 0, 3)
+    assert s[("code", 1)] == LevelStats(0.75, 0.5, 2)  # 3 of 4 samples pass; one group varies
+    assert s[("code", 2)] == LevelStats(0.0, 0.0, 2)
+    assert level_stats(lake, "r", 5, 3) == {}  # out of the window
+    p = plan(["code"], [1, 2, 3], 8, s, 0.2, 0.1)
+    assert p == {("code", 1): 7, ("code", 2): 1}  # level 3 shut: level 2 passes nothing
