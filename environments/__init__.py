@@ -9,6 +9,7 @@ from environments.base import Environment, Score
 DOMAINS = {
     "code": "environments.code_synthesis:CodeSynthesis",
     "math": "environments.math_reasoning:MathReasoning",
+    "extraction": "environments.doc_extraction:DocExtraction",
 }
 
 
