@@ -18,9 +18,11 @@ checked: numbers within the field's tolerance (relative 1e-6 for exact figures; 
 the last place for figures the prompt asks to round, e.g. 0.05 for "1 decimal"),
 strings after case-folding and collapsing whitespace. Extra keys are ignored; a missing
 key is a wrong field. outcome = fraction of fields right; verdict pass only when all are.
-penalty = -0.1 (once) when a number field was given as a string ("$1,234.50", "12%"):
-it is still read and counted right if the value is, because the figure was found but
-the stated format (JSON numbers, no units) was not kept. reward = clip(outcome+penalty).
+penalty = -0.1 (once) when a number field was given as a string ("$1,234.50", "12%")
+and its value was right: it is counted right, because the figure was found, but the
+stated format (JSON numbers, no units) was not kept. As in the math domain the penalty
+is charged only on credited fields, so it never ranks an answer below no answer.
+reward = clip(outcome + penalty, -1, 1).
 Verdicts: pass, fail, no_code (here: no JSON object found in the completion).
 What it does not do: it does not accept nested objects ({"result": {...}}) or lists of
 objects, and it does not give partial credit within one field.
@@ -225,7 +227,7 @@ def _norm(s: str) -> str:
 
 
 def check_field(spec: dict, got) -> tuple[bool, bool]:
-    """(right, number_given_as_string) for one field."""
+    """(right, right but given as a string) for one field."""
     if spec["type"] == "string":
         return isinstance(got, str) and _norm(got) == _norm(spec["value"]), False
     as_string = isinstance(got, str)
@@ -236,10 +238,11 @@ def check_field(spec: dict, got) -> tuple[bool, bool]:
         except ValueError:  # not a number at all: simply wrong, no format penalty
             return False, False
     if isinstance(got, bool) or not isinstance(got, (int, float)):
-        return False, as_string
+        return False, False
     want = spec["value"]
     tol = spec["tol"] if spec["tol"] is not None else max(1e-9, REL_TOL * abs(want))
-    return abs(got - want) <= tol + 1e-12, as_string
+    right = abs(got - want) <= tol + 1e-12
+    return right, right and as_string
 
 
 class DocExtraction(Environment):

@@ -22,10 +22,12 @@ hedge with several answer lines. The value must hold exactly one number: `1,234`
 If no `Answer:` line exists, the last `\\boxed{...}` is read instead (a common habit).
 
 Reward = clip(outcome + penalty, -1, 1), outcome 1 for a correct answer else 0.
-penalty = -0.1 when the required format was not met: the answer line is not exactly
-`Answer: <plain number>` (units, `$`, bold, lower case), or the answer came from
-`\\boxed{}`, or no answer could be read at all. The penalty applies whether or not the
-answer is right, so a well-formatted wrong answer (0) ranks above a sloppy one (-0.1).
+penalty = -0.1 when a correct answer was found but the required format was not met: the
+answer line is not exactly `Answer: <plain number>` (units, `$`, bold, lower case) or
+the answer came from `\\boxed{}`. It is charged only when the outcome is positive, so
+a sloppy answer never ranks below no answer at all: 1 (right, formatted) > 0.9 (right,
+sloppy) > 0 (wrong, ambiguous or missing). The same rule holds in the extraction and
+data domains.
 
 Verdicts: pass (correct), fail (wrong or ambiguous), no_code (here it means: no final
 answer could be read, neither an `Answer:` line with a number nor a `\\boxed{}`).
@@ -259,12 +261,12 @@ class MathReasoning(Environment):
     def verification_job(self, task, completion):
         v = json.loads(task.verifier_json)
         value, format_ok, error = read_answer(completion)
-        penalty = 0.0 if format_ok else FORMAT_PENALTY
         if value is None:
             verdict = "fail" if error.startswith(("ambiguous", "not a number")) else "no_code"
-            return Score(penalty, verdict, outcome=0.0, penalty=penalty, tests_total=1, error=error)
+            return Score(0.0, verdict, outcome=0.0, tests_total=1, error=error)
         ok = is_correct(value, Fraction(v["exact"]), v["kind"])
         outcome = 1.0 if ok else 0.0
+        penalty = FORMAT_PENALTY if ok and not format_ok else 0.0
         reward = max(-1.0, min(1.0, outcome + penalty))
         error = "" if ok else f"expected {v['answer']}, got {value if value.denominator == 1 else float(value)}"
         return Score(

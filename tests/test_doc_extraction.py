@@ -116,6 +116,8 @@ def test_strings_are_normalised_and_numbers_as_strings_are_penalised():
     score = verify(task, fenced({**want, num_key: f"${want[num_key]:,}"}))
     assert (score.verdict, score.outcome, score.penalty, score.reward) == ("pass", 1.0, -0.1, 0.9)
     assert verify(task, fenced({**want, num_key: True})).verdict == "fail"  # a bool is not a number
+    wrong = verify(task, fenced({**want, num_key: "$-12,345,678.9"}))  # wrong: no penalty on top
+    assert (wrong.verdict, wrong.penalty) == ("fail", 0.0) and wrong.reward == pytest.approx(1 - 1 / len(want))
 
 
 def test_the_last_object_wins():

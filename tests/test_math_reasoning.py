@@ -111,15 +111,15 @@ def test_only_the_last_answer_line_counts():
 @pytest.mark.parametrize(
     "body, verdict, reward",
     [
-        ("I think it is {right}.", "no_code", -0.1),  # no answer line: not read from prose
-        ("", "no_code", -0.1),
-        ("Answer: I don't know", "no_code", -0.1),
-        ("Answer: {right} or {other}", "fail", -0.1),  # hedging is ambiguous
+        ("I think it is {right}.", "no_code", 0.0),  # no answer line: not read from prose
+        ("", "no_code", 0.0),
+        ("Answer: I don't know", "no_code", 0.0),
+        ("Answer: {right} or {other}", "fail", 0.0),  # hedging is ambiguous
         ("answer: {right} dollars", "pass", 0.9),  # right, but not the stated format
         ("**Answer:** {right}", "pass", 0.9),
         ("so \\boxed{{{right}}}", "pass", 0.9),
-        ("Answer: {other} km", "fail", -0.1),
-        ("Answer: 12,5", "fail", -0.1),  # a decimal comma reads as two numbers
+        ("Answer: {other} km", "fail", 0.0),  # the penalty is charged only on a right answer
+        ("Answer: 12,5", "fail", 0.0),  # a decimal comma reads as two numbers
     ],
 )
 def test_malformed_answers_get_clear_verdicts(body, verdict, reward):
