@@ -10,6 +10,7 @@ DOMAINS = {
     "code": "environments.code_synthesis:CodeSynthesis",
     "math": "environments.math_reasoning:MathReasoning",
     "extraction": "environments.doc_extraction:DocExtraction",
+    "data": "environments.data_transform:DataTransform",
 }
 
 
