@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import random
 import re
 
 from environments.base import Environment, Score

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import re
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
