@@ -147,8 +147,9 @@ def tank(rng):
     cap = rng.randint(4, 60) * 10
     p, qd = rng.choice([(1, 2), (2, 3), (3, 4), (3, 5), (4, 5), (5, 8), (7, 10)])
     u, v = rng.choice([(1, 3), (1, 4), (2, 5), (1, 6), (3, 8)])
-    added = rng.randint(1, 40)
-    water = Fraction(cap * p, qd) * (1 - Fraction(u, v)) + added
+    left = Fraction(cap * p, qd) * (1 - Fraction(u, v))
+    added = rng.randint(1, max(1, min(40, math.floor(cap - left))))  # never more than the tank holds
+    water = left + added
     q = (f"A tank holds {cap} litres and is {p}/{qd} full. {name} uses {u}/{v} of the water in it, "
          f"then adds {added} litres. How many litres are in the tank now?")  # fmt: skip
     return f"tank{cap},{p},{qd},{u},{v},{added}", q, water, "dec2"
