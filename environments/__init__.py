@@ -8,6 +8,9 @@ from environments.base import Environment, Score
 
 DOMAINS = {
     "code": "environments.code_synthesis:CodeSynthesis",
+    "math": "environments.math_reasoning:MathReasoning",
+    "extraction": "environments.doc_extraction:DocExtraction",
+    "data": "environments.data_transform:DataTransform",
 }
 
 
