@@ -79,7 +79,9 @@ class RewardConfig(BaseModel):
 
 
 class SamplerConfig(BaseModel):
-    domains: list[str] = ["code"]
+    domains: list[str] = Field(
+        ["code", "math", "extraction", "data"], description="Registry names (environments/__init__.py)."
+    )
     levels: list[int] = [1, 2, 3]
     tasks_per_cycle: int = Field(8, ge=1, description="Fresh plus replayed tasks per cycle.")
     max_replay_fraction: float = Field(0.5, ge=0, le=1)

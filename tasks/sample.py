@@ -10,12 +10,16 @@ evaluation flow and never reach training.
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from collections import Counter
+from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from environments import get_environment
+from policy.chat import encode_chat
 from tasks.curriculum import level_stats
 from tasks.curriculum import plan as curriculum_plan
 from storage.schema import TaskSpec, stable_id
@@ -47,4 +51,22 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
         fresh += get_environment(domain).make_tasks("train", level, seed, count)
     taken = {t.task_id for t in replayed}
     fresh = [dataclasses.replace(t, origin_cycle=cycle) for t in fresh if t.task_id not in taken]
-    return replayed + fresh
+    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    return quarantine_long_prompts(replayed + fresh, rt.tokenizer, budget, rt.run_dir / "quarantine" / f"cycle-{cycle}.jsonl")
+
+
+def quarantine_long_prompts(tasks: list[TaskSpec], tokenizer, budget: int, path: Path) -> list[TaskSpec]:
+    """Tasks whose prompt leaves no room to answer within the engine's context are set
+    aside (written to `path` with the reason, and logged) instead of failing the cycle."""
+    kept, dropped = [], []
+    for t in tasks:
+        n = len(encode_chat(tokenizer, t.prompt))
+        (kept if n <= budget else dropped).append((t, n))
+    if dropped:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            for t, n in dropped:
+                reason = f"prompt is {n} tokens; engine.max_model_len - sampling.max_tokens = {budget}"
+                f.write(json.dumps({"task_id": t.task_id, "domain": t.domain, "level": t.level, "reason": reason}) + "\n")
+        logging.getLogger("flywheel").warning("quarantined %d tasks with over-long prompts: see %s", len(dropped), path)
+    return [t for t, _ in kept]

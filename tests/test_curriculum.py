@@ -41,3 +41,20 @@ def test_level_stats_from_the_lake(tmp_path):
     assert level_stats(lake, "r", 5, 3) == {}  # out of the window
     p = plan(["code"], [1, 2, 3], 8, s, 0.2, 0.1)
     assert p == {("code", 1): 7, ("code", 2): 1}  # level 3 shut: level 2 passes nothing
+
+
+def test_over_long_prompts_are_quarantined_not_fatal(tmp_path):
+    import json
+
+    from transformers import AutoTokenizer
+
+    from flywheel.model_prep import resolve_model
+    from tasks.sample import quarantine_long_prompts
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(None, None))
+    tasks = get_environment("math").make_tasks("train", 1, 0, 2) + get_environment("data").make_tasks("train", 3, 0, 2)
+    path = tmp_path / "q" / "cycle-0.jsonl"
+    kept = quarantine_long_prompts(tasks, tok, 300, path)
+    assert [t.domain for t in kept] == ["math", "math"]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["domain"] for r in rows] == ["data", "data"] and "max_model_len" in rows[0]["reason"]

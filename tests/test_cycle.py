@@ -22,7 +22,7 @@ def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
         run_id="it", runs_dir=str(tmp_path_factory.mktemp("runs")), cycles=2, seed=3,
         model={"path": tiny_model},
         store={"uri": "s3://flywheel-test/lake-it", "endpoint": seaweedfs},
-        engine={"max_model_len": 512},
+        engine={"max_model_len": 1024},
         sampler={"tasks_per_cycle": 4, "levels": [1, 2, 3]},
         sampling={"k": 2, "max_tokens": 24},
         # A random model fails every task, so every group has zero reward variance. Train
@@ -48,7 +48,8 @@ def test_two_cycles_committed_to_s3(run):
     assert len(row["completion_logprobs"]) == len(row["completion_token_ids"])
     assert row["verdict"] in {"fail", "no_code", "timeout", "error"} and row["sandbox_backend"] == "bwrap"
     assert set(summaries[0].stage_s) == {"sample", "generate", "score", "archive", "update", "replay"}
-    assert {(r["domain"], r["level"]) for r in summaries[0].by_domain_level} <= {("code", 1), ("code", 2), ("code", 3)}
+    cells = {(r["domain"], r["level"]) for r in summaries[0].by_domain_level}
+    assert cells <= {("code", 1), ("math", 1), ("extraction", 1), ("data", 1)} and len(cells) >= 3  # level 1 first
     assert (cfg.run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
