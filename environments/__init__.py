@@ -8,6 +8,8 @@ from environments.base import Environment, Score
 
 DOMAINS = {
     "code": "environments.code_synthesis:CodeSynthesis",
+    "repair": "environments.code_repair:CodeRepair",
+    "terminal": "environments.terminal:Terminal",
 }
 
 
