@@ -173,6 +173,8 @@ def _format(res, limit: int) -> tuple[str, bool]:
         parts.append("[timed out]")
     text = "\n".join(p.rstrip("\n") for p in parts if p) or "[no output]"
     text, cut = truncate(text, limit)
+    if res.truncated:  # the sandbox kept only the first output_bytes: the real tail is gone
+        text += "\n[output beyond the sandbox's limit was dropped]"
     return f"[exit code {res.exit_code}]\n{text}", cut or res.truncated
 
 
