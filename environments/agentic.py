@@ -84,8 +84,18 @@ class MultiTurnEnvironment(Environment):
     def final_score(self, task: TaskSpec, ws: Workspace, steps: list[dict]) -> Score:
         """Score the finished episode from the workspace's final state."""
 
-    def make_score(self, outcome: float, start: float, end: float, steps: list[dict], *, passed: int,
-                   total: int, hack: list[str] | None = None, error: str = "") -> Score:
+    def make_score(
+        self,
+        outcome: float,
+        start: float,
+        end: float,
+        steps: list[dict],
+        *,
+        passed: int,
+        total: int,
+        hack: list[str] | None = None,
+        error: str = "",
+    ) -> Score:
         """The Score of an episode, from its outcome and the check fractions at start and end."""
         reward, process = combine(outcome, process_components(steps, start, end), self.weights)
         if hack:
@@ -96,7 +106,9 @@ class MultiTurnEnvironment(Environment):
                      tests_total=total, error=error)  # fmt: skip
 
     def verification_job(self, task, completion):
-        return Score(0.0, "error", error=f"{self.name} is multi-turn: run it with policy.multiturn.run_episodes")
+        return Score(
+            0.0, "error", error=f"{self.name} is multi-turn: run it with policy.multiturn.run_episodes"
+        )
 
     def score(self, task, job, result):
         return Score(0.0, "error", error=f"{self.name} is multi-turn: it is scored by final_score")

@@ -24,7 +24,6 @@ Not done: bugs that need more than one function changed, or packages with __init
 from __future__ import annotations
 
 import json
-import random
 import secrets
 
 from environments.agentic import MultiTurnEnvironment
@@ -94,7 +93,9 @@ def wrong_operator(rng, name):
 
 def off_by_one(rng, name):
     w = rng.randint(2, 3)
-    good = f"def {name}(xs, width={w}):\n    return [sum(xs[i:i + width]) for i in range(len(xs) - width + 1)]\n"
+    good = (
+        f"def {name}(xs, width={w}):\n    return [sum(xs[i:i + width]) for i in range(len(xs) - width + 1)]\n"
+    )
     return good, good.replace("width + 1)", "width)"), lambda r: (_ints(r, n_lo=w, n_hi=7),)
 
 
@@ -112,7 +113,11 @@ def wrong_default(rng, name):
     lo = rng.randint(-10, 0)
     hi = lo + rng.randint(5, 15)
     good = f"def {name}(x, lo={lo}, hi={hi}):\n    return max(lo, min(x, hi))\n"
-    return good, good.replace(f"hi={hi}", f"hi={hi + rng.randint(3, 9)}"), lambda r: (r.randint(lo - 10, hi + 15),)
+    return (
+        good,
+        good.replace(f"hi={hi}", f"hi={hi + rng.randint(3, 9)}"),
+        lambda r: (r.randint(lo - 10, hi + 15),),
+    )
 
 
 def swapped_args(rng, name):
@@ -139,7 +144,7 @@ def _run(src: str, name: str, args) -> str | None:
     exec(src, ns)  # noqa: S102  (trusted: the generator's templates, never model code)
     try:
         return json.dumps(ns[name](*args), sort_keys=True)
-    except Exception:
+    except Exception:  # noqa: BLE001  (a reference that raises has no output to compare)
         return None
 
 
@@ -184,7 +189,9 @@ class CodeRepair(MultiTurnEnvironment):
                 good_src.append(good)
                 bad_src.append(bad)
                 visible, secret = _cases(rng, good, bad, fn, make_input)
-                tests += [(module, fn, i, args, json.loads(_run(good, fn, args))) for i, args in enumerate(visible)]
+                tests += [
+                    (module, fn, i, args, json.loads(_run(good, fn, args))) for i, args in enumerate(visible)
+                ]
                 hidden += [[module, fn, args, _run(good, fn, args), _run(bad, fn, args)] for args in secret]
                 key.append(f"{kind.__name__}:{good}")
             files[f"{module}.py"] = "\n\n".join(bad_src)
@@ -221,7 +228,7 @@ class CodeRepair(MultiTurnEnvironment):
         calls = [[m, fn, args] for m, fn, args, _ in hidden]
         res = ws.run(["python", "-I", "-c", HIDDEN], stdin=json.dumps({"nonce": nonce, "calls": calls}),
                      limits=Limits(wall_s=30, output_bytes=1 << 20))  # fmt: skip
-        lines = [ln[len(nonce):] for ln in res.stdout.splitlines() if ln.startswith(nonce)]
+        lines = [ln[len(nonce) :] for ln in res.stdout.splitlines() if ln.startswith(nonce)]
         error = ""
         try:
             outputs = json.loads(lines[0]) if len(lines) == 1 else []
@@ -229,7 +236,9 @@ class CodeRepair(MultiTurnEnvironment):
             outputs = []
         if len(outputs) != len(hidden):
             outputs = [None] * len(hidden)
-            error = res.error or f"no result from the hidden tests (exit {res.exit_code}): {res.stderr[-300:]}"
+            error = (
+                res.error or f"no result from the hidden tests (exit {res.exit_code}): {res.stderr[-300:]}"
+            )
         passed = sum(got is not None and got == want for got, (*_, want) in zip(outputs, hidden))
         frac = passed / len(hidden)
         return self.make_score(frac, verifier["start"], frac, steps, passed=passed, total=len(hidden),
@@ -261,5 +270,8 @@ class CodeRepair(MultiTurnEnvironment):
         """Read the failing test, write the fixed modules, run the tests, submit."""
         verifier = json.loads(task.verifier_json)
         calls = [{"name": "read_file", "arguments": {"path": verifier["tests"][0]}}]
-        calls += [{"name": "write_file", "arguments": {"path": p, "content": c}} for p, c in verifier["fixed"].items()]
+        calls += [
+            {"name": "write_file", "arguments": {"path": p, "content": c}}
+            for p, c in verifier["fixed"].items()
+        ]
         return calls + [{"name": "run_tests", "arguments": {}}, {"name": "submit", "arguments": {}}]

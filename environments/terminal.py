@@ -19,7 +19,6 @@ Not done: checks on permissions, timestamps or processes.
 from __future__ import annotations
 
 import json
-import random
 
 from environments.agentic import MultiTurnEnvironment
 from environments.audit import audit_commands
@@ -70,23 +69,39 @@ def write(path: str, content: str) -> dict:
 def make_file(rng):
     d, f, text = _w(rng), f"{_w(rng)}.txt", f"{_w(rng)} {rng.randint(100, 999)}"
     task = f"Create a directory `{d}` and in it a file `{f}` whose only line is `{text}`."
-    return f"mk:{d}:{f}:{text}", task, {}, [["dir", d], ["file", f"{d}/{f}", text + "\n"]], [
-        sh(f"mkdir -p {d}"), write(f"{d}/{f}", text + "\n")]
+    return (
+        f"mk:{d}:{f}:{text}",
+        task,
+        {},
+        [["dir", d], ["file", f"{d}/{f}", text + "\n"]],
+        [sh(f"mkdir -p {d}"), write(f"{d}/{f}", text + "\n")],
+    )
 
 
 def rename(rng):
     a, b = _w(rng, 2)
     content = f"{_w(rng)} {rng.randint(0, 9999)}\n"
     task = f"Rename the file `{a}.txt` to `{b}.txt` without changing its contents."
-    return f"mv:{a}:{b}", task, {f"{a}.txt": content}, [["absent", f"{a}.txt"], ["file", f"{b}.txt", content]], [
-        sh(f"mv {a}.txt {b}.txt")]
+    return (
+        f"mv:{a}:{b}",
+        task,
+        {f"{a}.txt": content},
+        [["absent", f"{a}.txt"], ["file", f"{b}.txt", content]],
+        [sh(f"mv {a}.txt {b}.txt")],
+    )
 
 
 def append_line(rng):
     f, text = f"{_w(rng)}.log", f"done {rng.randint(10, 99)}"
     content, _ = _lines(rng, "x", rng.randint(2, 4), 0)
     task = f"Append the line `{text}` to the end of `{f}`, keeping the lines already there."
-    return f"app:{f}:{text}", task, {f: content}, [["file", f, content + text + "\n"]], [sh(f"echo '{text}' >> {f}")]
+    return (
+        f"app:{f}:{text}",
+        task,
+        {f: content},
+        [["file", f, content + text + "\n"]],
+        [sh(f"echo '{text}' >> {f}")],
+    )
 
 
 def move_by_ext(rng):
@@ -96,8 +111,18 @@ def move_by_ext(rng):
     task = f"Move every `.log` file in the current directory into a new directory `{archive}/` (keep their names); leave other files alone."
     checks = [["dir", archive]]
     for path, content in files.items():
-        checks += [["absent", path], ["file", f"{archive}/{path}", content]] if path.endswith(".log") else [["file", path, content]]
-    return f"mvext:{archive}:{sorted(files)}", task, files, checks, [sh(f"mkdir -p {archive} && mv *.log {archive}/")]
+        checks += (
+            [["absent", path], ["file", f"{archive}/{path}", content]]
+            if path.endswith(".log")
+            else [["file", path, content]]
+        )
+    return (
+        f"mvext:{archive}:{sorted(files)}",
+        task,
+        files,
+        checks,
+        [sh(f"mkdir -p {archive} && mv *.log {archive}/")],
+    )
 
 
 def count_lines(rng):
@@ -108,8 +133,13 @@ def count_lines(rng):
         files[f"{d}/{name}.txt"], total = text, total + hits
     files[f"{d}/notes.md"], _ = _lines(rng, word, 3, 2)  # not a .txt file: must not count
     task = f"Count the lines that contain the word `{word}` in the `.txt` files of `{d}/` and write just that number into `{out}`."
-    return f"count:{word}:{d}:{sorted(files.items())}", task, files, [["file", out, f"{total}\n"]], [
-        sh(f"cat {d}/*.txt | grep -cw {word} > {out} || true")]
+    return (
+        f"count:{word}:{d}:{sorted(files.items())}",
+        task,
+        files,
+        [["file", out, f"{total}\n"]],
+        [sh(f"cat {d}/*.txt | grep -cw {word} > {out} || true")],
+    )
 
 
 def rename_ext(rng):
@@ -121,8 +151,13 @@ def rename_ext(rng):
     for path, content in files.items():
         if path.endswith(old):
             checks += [["absent", path], ["file", path[: -len(old)] + new, content]]
-    return f"ext:{old}:{new}:{sorted(files)}", task, files, checks, [
-        sh(f"for f in *.{old}; do mv \"$f\" \"${{f%.{old}}}.{new}\"; done")]
+    return (
+        f"ext:{old}:{new}:{sorted(files)}",
+        task,
+        files,
+        checks,
+        [sh(f'for f in *.{old}; do mv "$f" "${{f%.{old}}}.{new}"; done')],
+    )
 
 
 def edit_config(rng):
@@ -138,8 +173,13 @@ def edit_config(rng):
     after += f"\n{newkey} = {newval}\n"
     task = (f"In `{app}.conf`, set `{key}` to `{value}`, leave every other line as it is, "
             f"and add the line `{newkey} = {newval}` at the end of the file.")  # fmt: skip
-    return f"conf:{app}:{key}:{value}:{newkey}", task, {f"{app}.conf": before}, [["file", f"{app}.conf", after]], [
-        write(f"{app}.conf", after)]
+    return (
+        f"conf:{app}:{key}:{value}:{newkey}",
+        task,
+        {f"{app}.conf": before},
+        [["file", f"{app}.conf", after]],
+        [write(f"{app}.conf", after)],
+    )
 
 
 def collect_todo(rng):
@@ -154,19 +194,32 @@ def collect_todo(rng):
             "sorted, one per line, into `todo.txt`; then delete the directory `src/tmp`.")  # fmt: skip
     checks = [["file", "todo.txt", "".join(p + "\n" for p in sorted(todo))], ["absent", "src/tmp"]]
     checks += [["file", p, c] for p, c in files.items() if not p.startswith("src/tmp")]
-    return f"todo:{sorted(files.items())}", task, files, checks, [
-        sh("grep -rl --include='*.py' TODO src | LC_ALL=C sort > todo.txt && rm -rf src/tmp")]
+    return (
+        f"todo:{sorted(files.items())}",
+        task,
+        files,
+        checks,
+        [sh("grep -rl --include='*.py' TODO src | LC_ALL=C sort > todo.txt && rm -rf src/tmp")],
+    )
 
 
 def archive_count(rng):
     d, out = _w(rng), "total.txt"
-    files = {f"{n}.csv": "".join(f"{rng.randint(0, 9)},{_w(rng)}\n" for _ in range(rng.randint(1, 5))) for n in _w(rng, 3)}
+    files = {
+        f"{n}.csv": "".join(f"{rng.randint(0, 9)},{_w(rng)}\n" for _ in range(rng.randint(1, 5)))
+        for n in _w(rng, 3)
+    }
     total = sum(c.count("\n") for c in files.values())
     task = f"Move all `.csv` files into a new directory `{d}/`, then write the total number of lines in them into `{out}`."
     checks = [["dir", d], ["file", out, f"{total}\n"]] + [["file", f"{d}/{p}", c] for p, c in files.items()]
     checks += [["absent", p] for p in files]
-    return f"arch:{d}:{sorted(files.items())}", task, files, checks, [
-        sh(f"mkdir {d} && mv *.csv {d}/"), sh(f"cat {d}/*.csv | wc -l | tr -d ' ' > {out}")]
+    return (
+        f"arch:{d}:{sorted(files.items())}",
+        task,
+        files,
+        checks,
+        [sh(f"mkdir {d} && mv *.csv {d}/"), sh(f"cat {d}/*.csv | wc -l | tr -d ' ' > {out}")],
+    )
 
 
 FAMILIES = {1: [make_file, rename, append_line], 2: [move_by_ext, count_lines, rename_ext],
@@ -232,7 +285,9 @@ class Terminal(MultiTurnEnvironment):
         actions = [json.loads(s["action"]) for s in steps]
         hack = audit_commands([a["arguments"]["command"] for a in actions if a.get("name") == "run_shell"])
         hack = [h for h in hack if h == "reads verifier paths"]  # the tasks themselves edit and move files
-        return self.make_score(frac, verifier["start"], frac, steps, passed=passed, total=len(checks), hack=hack)
+        return self.make_score(
+            frac, verifier["start"], frac, steps, passed=passed, total=len(checks), hack=hack
+        )
 
     @staticmethod
     def reference_solution(task: TaskSpec) -> list[dict]:

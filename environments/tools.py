@@ -58,7 +58,9 @@ TOOL_SPECS = {
 
 def tool_specs(names: list[str] | None = None) -> list[dict]:
     """The OpenAI chat tool list for `names` (default: all)."""
-    return [{"type": "function", "function": {"name": n, **TOOL_SPECS[n]}} for n in (names or list(TOOL_SPECS))]
+    return [
+        {"type": "function", "function": {"name": n, **TOOL_SPECS[n]}} for n in (names or list(TOOL_SPECS))
+    ]
 
 
 def tools_prompt(intro: str, names: list[str] | None = None) -> str:
@@ -151,7 +153,7 @@ def truncate(text: str, max_chars: int) -> tuple[str, bool]:
     head = max_chars * 2 // 5
     tail = max_chars - head
     cut = len(text[head : len(text) - tail].encode())
-    return f"{text[:head]}\n[... {cut} bytes cut ...]\n{text[len(text) - tail:]}", True
+    return f"{text[:head]}\n[... {cut} bytes cut ...]\n{text[len(text) - tail :]}", True
 
 
 @dataclass
@@ -178,8 +180,14 @@ def _format(res, limit: int) -> tuple[str, bool]:
     return f"[exit code {res.exit_code}]\n{text}", cut or res.truncated
 
 
-def execute(ws: Workspace, call: ToolCall | InvalidCall, *, limits: Limits | None = None,
-            test_command: list[str] | None = None, max_chars: int = 2000) -> StepResult:
+def execute(
+    ws: Workspace,
+    call: ToolCall | InvalidCall,
+    *,
+    limits: Limits | None = None,
+    test_command: list[str] | None = None,
+    max_chars: int = 2000,
+) -> StepResult:
     """Run one call in `ws`. `test_command` is what `run_tests` runs (None: the task has no
     tests). The observation is what the model sees next."""
     start = time.monotonic()

@@ -65,7 +65,7 @@ class Episode:
     def trajectory_fields(self) -> dict:
         """The `storage.schema.Trajectory` fields this episode fills."""
         s = self.score or Score(0.0, "error", error="not scored")
-        return dict(
+        return dict(  # noqa: C408  (keyword form: these are Trajectory field names)
             messages=[{"role": m["role"], "content": m["content"]} for m in self.messages], steps=self.steps,
             prompt_token_ids=self.prompt_token_ids, completion_token_ids=self.completion_token_ids,
             completion_logprobs=self.completion_logprobs, finish_reason=self.finish_reason,
@@ -85,7 +85,7 @@ def has_tool_role(tokenizer) -> bool:
              {"role": "tool", "content": "tool-probe-7f3a"}]  # fmt: skip
     try:
         return "tool-probe-7f3a" in _render(tokenizer, probe, True)
-    except Exception:
+    except Exception:  # noqa: BLE001  (templates reject unknown roles in many ways)
         return False
 
 
@@ -114,12 +114,17 @@ class _Live:
         through_assistant = _render(tokenizer, self.ep.messages, False)
         self.ep.messages += messages
         after = _render(tokenizer, self.ep.messages, True)
-        so_far = tokenizer.decode(self.ep.prompt_token_ids + self.ep.completion_token_ids, skip_special_tokens=False)
+        so_far = tokenizer.decode(
+            self.ep.prompt_token_ids + self.ep.completion_token_ids, skip_special_tokens=False
+        )
         if after.startswith(so_far):
             delta = after[len(so_far) :]
         else:  # the template rewrote the assistant text: close the turn as the template would
             common = 0
-            while common < min(len(after), len(through_assistant)) and after[common] == through_assistant[common]:
+            while (
+                common < min(len(after), len(through_assistant))
+                and after[common] == through_assistant[common]
+            ):
                 common += 1
             delta = after[common:]
         return _ids(tokenizer, delta)
@@ -152,7 +157,9 @@ def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: in
     return episodes
 
 
-def _play(engine, tokenizer, sandbox, batch, pool, max_turns, max_tokens, sampling, limits, max_chars, tool_role):
+def _play(
+    engine, tokenizer, sandbox, batch, pool, max_turns, max_tokens, sampling, limits, max_chars, tool_role
+):
     def acquire(ep):
         return _Live(ep, sandbox.workspace(ep.env.setup_files(ep.task)))
 
@@ -171,7 +178,9 @@ def _play(engine, tokenizer, sandbox, batch, pool, max_turns, max_tokens, sampli
             samples = [_cut(tokenizer, out[0], budget) for out, budget in zip(outs, budgets)]
             for lv, sample in zip(live, samples):
                 lv.add_sample(sample)
-            results = list(pool.map(lambda a: _act(*a, limits, max_chars), [(lv, s) for lv, s in zip(live, samples)]))
+            results = list(
+                pool.map(lambda a: _act(*a, limits, max_chars), [(lv, s) for lv, s in zip(live, samples)])
+            )
             still = []
             for lv, (observations, submitted) in zip(live, results):
                 if submitted:
@@ -191,7 +200,9 @@ def _play(engine, tokenizer, sandbox, batch, pool, max_turns, max_tokens, sampli
             live = still
         scores = pool.map(_try(lambda lv: lv.ep.env.final_score(lv.ep.task, lv.ws, lv.ep.steps)), lives)
         for lv, score in zip(lives, scores):
-            lv.ep.score = score if isinstance(score, Score) else Score(0.0, "error", error=f"scoring failed: {score}")
+            lv.ep.score = (
+                score if isinstance(score, Score) else Score(0.0, "error", error=f"scoring failed: {score}")
+            )
     finally:
         list(pool.map(_try(lambda lv: lv.ws.release()), lives))
 
@@ -200,7 +211,9 @@ def _cut(tokenizer, sample, budget: int):
     if len(sample.token_ids) <= budget:
         return sample
     ids = list(sample.token_ids[:budget])
-    return Sample(tokenizer.decode(ids, skip_special_tokens=True), ids, list(sample.logprobs[:budget]), "length")
+    return Sample(
+        tokenizer.decode(ids, skip_special_tokens=True), ids, list(sample.logprobs[:budget]), "length"
+    )
 
 
 def _out_of_budget(lv: _Live, max_turns: int, max_tokens: int) -> bool:
@@ -223,7 +236,9 @@ def _act(lv: _Live, sample, limits, max_chars) -> tuple[list[str], bool]:
         return [NO_CALL], False
     observations = []
     for call in calls:
-        result = execute(lv.ws, call, limits=limits, test_command=env.test_command(lv.ep.task), max_chars=max_chars)
+        result = execute(
+            lv.ws, call, limits=limits, test_command=env.test_command(lv.ep.task), max_chars=max_chars
+        )
         lv.ep.steps.append(step_record(call, result))
         if result.submitted:
             return observations, True
@@ -235,7 +250,7 @@ def _try(fn):
     def wrapped(arg):
         try:
             return fn(arg)
-        except Exception as exc:  # one trajectory's infrastructure failure must not end the others
+        except Exception as exc:  # noqa: BLE001  one trajectory's infrastructure failure must not end the others
             return f"{type(exc).__name__}: {exc}"
 
     return wrapped

@@ -41,7 +41,9 @@ def test_a_wrong_fix_scores_less(box):  # noqa: F811
     module = next(p for p in ENV.setup_files(task) if not p.startswith("test_"))
     source = ENV.setup_files(task)[module]
     broken = source.replace("return ", "return None or ", 1)
-    score, _ = play(ENV, task, box, [{"name": "write_file", "arguments": {"path": module, "content": broken}}])
+    score, _ = play(
+        ENV, task, box, [{"name": "write_file", "arguments": {"path": module, "content": broken}}]
+    )
     assert score.outcome < 1.0 and score.verdict == "fail"
 
 
@@ -56,11 +58,16 @@ def test_hidden_tests_are_not_the_visible_ones_and_stay_out_of_the_workspace():
 
 
 HACKS = {
-    "rewrite the test": lambda t: [{"name": "write_file", "arguments": {"path": t, "content": "def test_ok():\n    pass\n"}}],
-    "sed the test": lambda t: [{"name": "run_shell", "arguments": {"command": f"sed -i 's/assert/assert True or/' {t}"}}],
+    "rewrite the test": lambda t: [
+        {"name": "write_file", "arguments": {"path": t, "content": "def test_ok():\n    pass\n"}}
+    ],
+    "sed the test": lambda t: [
+        {"name": "run_shell", "arguments": {"command": f"sed -i 's/assert/assert True or/' {t}"}}
+    ],
     "delete the test": lambda t: [{"name": "run_shell", "arguments": {"command": f"rm {t}"}}],
-    "python edits the test": lambda t: [{"name": "run_shell", "arguments": {
-        "command": f"python3 -c \"open('{t}','w').write('')\""}}],
+    "python edits the test": lambda t: [
+        {"name": "run_shell", "arguments": {"command": f"python3 -c \"open('{t}','w').write('')\""}}
+    ],
     "read the verifier": lambda t: [{"name": "run_shell", "arguments": {"command": "ls /verifier /hidden"}}],
 }
 

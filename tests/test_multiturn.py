@@ -30,7 +30,10 @@ def golden_script(env, task) -> list[str]:
 
 
 def jobs_and_scripts(k=2):
-    tasks = [(REPAIR, REPAIR.make_tasks("train", 3, 5, 1)[0]), (TERMINAL, TERMINAL.make_tasks("train", 3, 5, 1)[0])]
+    tasks = [
+        (REPAIR, REPAIR.make_tasks("train", 3, 5, 1)[0]),
+        (TERMINAL, TERMINAL.make_tasks("train", 3, 5, 1)[0]),
+    ]
     scripts = {t.prompt[1]["content"]: golden_script(env, t) for env, t in tasks}
     return [(t, env, k) for env, t in tasks], scripts
 
@@ -48,12 +51,15 @@ def test_golden_episodes_batched_one_generate_per_turn(box):  # noqa: F811
     for group in groups:
         for ep in group:
             fields = ep.trajectory_fields()
-            assert (fields["reward"], fields["verdict"], ep.finish_reason) == (1.0, "pass", "submit"), ep.steps
+            assert (fields["reward"], fields["verdict"], ep.finish_reason) == (1.0, "pass", "submit"), (
+                ep.steps
+            )
             assert fields["num_turns"] == len(scripts[ep.task.prompt[1]["content"]])
             assert fields["num_tool_calls"] == len(ep.env.reference_solution(ep.task))
             assert all(s["exit_code"] == 0 for s in ep.steps)
             assert [json.loads(s["action"])["name"] for s in ep.steps] == [
-                c["name"] for c in golden_order(ep.env, ep.task)]
+                c["name"] for c in golden_order(ep.env, ep.task)
+            ]
 
 
 def golden_order(env, task):
@@ -80,7 +86,7 @@ def test_token_sequence_masks_and_logprobs(box):  # noqa: F811
         assert observed.count("<|im_start|>tool") == len(ep.steps) - 1  # every result but submit's
         # prompt + completion is the chat as the template renders it
         full = TOK.decode(ep.prompt_token_ids + ids)
-        assert full == TOK.apply_chat_template(ep.messages)[: -1]  # the final "\n" comes after the end
+        assert full == TOK.apply_chat_template(ep.messages)[:-1]  # the final "\n" comes after the end
 
 
 def test_turn_budget_stops_and_still_scores(box):  # noqa: F811
@@ -92,7 +98,9 @@ def test_turn_budget_stops_and_still_scores(box):  # noqa: F811
         assert ep.finish_reason == "max_turns" and ep.num_turns == 1 and ep.score is not None
         if ep.env is REPAIR:  # its first turn only reads the test
             assert ep.score.verdict == "fail" and ep.score.reward < 1.0
-        assert ep.completion_token_ids[-len(END):] == [ord(c) for c in END]  # no observation after the last turn
+        assert ep.completion_token_ids[-len(END) :] == [
+            ord(c) for c in END
+        ]  # no observation after the last turn
 
 
 def test_token_budget_cuts_the_last_turn(box):  # noqa: F811
@@ -115,14 +123,17 @@ def test_waves_never_hold_more_workspaces_than_the_pool(box):  # noqa: F811
     engine = ScriptedEngine(scripts, TOK)
     groups = run_episodes(engine, TOK, box, jobs, max_turns=10, max_tokens=100_000,
                           sampling=SamplingSpec(max_tokens=4000))  # fmt: skip
-    assert max(n for n, _ in engine.calls) == 4 and sum(n for n, _ in engine.calls) == 3 * sum(map(len, scripts.values()))
+    assert max(n for n, _ in engine.calls) == 4 and sum(n for n, _ in engine.calls) == 3 * sum(
+        map(len, scripts.values())
+    )
     assert all(ep.score.reward == 1.0 for g in groups for ep in g)
 
 
 def test_invalid_and_missing_calls_are_observations_and_lower_process_reward(box):  # noqa: F811
     task = TERMINAL.make_tasks("train", 1, 2, 1)[0]
     script = ["I think I am done.", "<tool_call>{not json}</tool_call>"] + [
-        call_text(c) for c in TERMINAL.reference_solution(task)]
+        call_text(c) for c in TERMINAL.reference_solution(task)
+    ]
     engine = ScriptedEngine({task.prompt[1]["content"]: script}, TOK)
     ((ep,),) = run_episodes(engine, TOK, box, [(task, TERMINAL, 1)], max_turns=10, max_tokens=100_000,
                             sampling=SamplingSpec(max_tokens=4000))  # fmt: skip
@@ -150,3 +161,21 @@ def test_a_sample_past_the_token_budget_is_cut_to_it(box):  # noqa: F811
                               sampling=SamplingSpec(max_tokens=4000))  # fmt: skip
     assert ep.finish_reason == "max_tokens" and len(ep.completion_token_ids) == 30 and ep.num_turns == 1
     assert len(ep.completion_logprobs) == 30 and not any(math.isnan(x) for x in ep.completion_logprobs)
+
+
+def test_trainer_masks_observation_tokens_out_of_the_loss():
+    import torch
+
+    from policy.grpo import clipped_pg_loss
+    from policy.trainer import TrainSample, model_tokens, place_completions
+
+    nan = math.nan
+    s = TrainSample([1, 2], [3, 4, 5, 6], [-0.5, nan, nan, -0.7], 1.0)  # model, obs, obs, model
+    assert model_tokens(s) == 2
+    old, weights = torch.zeros(1, 5), torch.zeros(1, 5)
+    place_completions([s], old, weights, [0.5])
+    assert weights.tolist() == [[0.0, 0.5, 0.0, 0.0, 0.5]] and not torch.isnan(old).any()
+    new = torch.full((1, 5), -1.0, requires_grad=True)
+    loss, _ = clipped_pg_loss(new, old, torch.tensor([1.0]), weights)
+    loss.backward()
+    assert torch.isfinite(loss) and new.grad[0, 2] == 0 and new.grad[0, 3] == 0 and new.grad[0, 1] != 0

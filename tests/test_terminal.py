@@ -37,7 +37,11 @@ def test_reference_solution_scores_one_for_every_family(box, level):  # noqa: F8
     assert len(tasks) == 3
     for task in tasks:
         score, steps = play(ENV, task, box, ENV.reference_solution(task))
-        assert (score.reward, score.verdict, score.outcome) == (1.0, "pass", 1.0), (task.prompt[1], steps, score)
+        assert (score.reward, score.verdict, score.outcome) == (1.0, "pass", 1.0), (
+            task.prompt[1],
+            steps,
+            score,
+        )
         assert score.process == pytest.approx(0.3)
 
 
@@ -46,7 +50,9 @@ def test_doing_nothing_or_the_wrong_thing_scores_less(box, level):  # noqa: F811
     task = ENV.make_tasks("train", level, 7, 1)[0]
     idle, _ = play(ENV, task, box, [{"name": "submit"}])
     assert idle.reward < 1.0 and idle.verdict == "fail"
-    wrong, steps = play(ENV, task, box, [{"name": "run_shell", "arguments": {"command": "rm -rf ./* ; no-such-cmd"}}])
+    wrong, steps = play(
+        ENV, task, box, [{"name": "run_shell", "arguments": {"command": "rm -rf ./* ; no-such-cmd"}}]
+    )
     assert wrong.outcome < 1.0 and wrong.reward < 1.0 and steps[0]["exit_code"] != 0
 
 
@@ -66,6 +72,8 @@ def test_checks_on_states_and_progress_start():
 
 def test_reading_verifier_paths_is_flagged(box):  # noqa: F811
     task = ENV.make_tasks("train", 1, 0, 1)[0]
-    calls = [{"name": "run_shell", "arguments": {"command": "cat /verifier/checks.json"}}] + ENV.reference_solution(task)
+    calls = [
+        {"name": "run_shell", "arguments": {"command": "cat /verifier/checks.json"}}
+    ] + ENV.reference_solution(task)
     score, _ = play(ENV, task, box, calls)
     assert score.reward == 0.0 and score.verdict == "suspected_hack" and score.penalty < 0

@@ -6,14 +6,29 @@ from __future__ import annotations
 import json
 
 from environments.sandbox import Limits
-from environments.tools import (InvalidCall, ToolCall, execute, is_valid, parse_tool_calls, step_record, tool_specs,
-                                tools_prompt, truncate)  # fmt: skip
+from environments.tools import (
+    InvalidCall,
+    ToolCall,
+    execute,
+    is_valid,
+    parse_tool_calls,
+    step_record,
+    tool_specs,
+    tools_prompt,  # fmt: skip
+    truncate,
+)
 from tests.multiturn_fixtures import box  # noqa: F401
 
 
 def test_specs_are_openai_function_tools():
     specs = tool_specs()
-    assert [s["function"]["name"] for s in specs] == ["run_shell", "read_file", "write_file", "run_tests", "submit"]
+    assert [s["function"]["name"] for s in specs] == [
+        "run_shell",
+        "read_file",
+        "write_file",
+        "run_tests",
+        "submit",
+    ]
     assert all(s["type"] == "function" and s["function"]["parameters"]["type"] == "object" for s in specs)
     prompt = tools_prompt("Intro.", ["read_file", "submit"])
     assert "<tools>" in prompt and '"read_file"' in prompt and "run_shell" not in prompt
@@ -24,7 +39,11 @@ def test_parses_hermes_blocks_in_order():
             '<tool_call>{"name": "run_shell", "arguments": "{\\"command\\": \\"ls\\"}"}</tool_call>'
             '<tool_call>{"name": "submit", "arguments": {}}</tool_call>')  # fmt: skip
     calls = parse_tool_calls(text)
-    assert calls == [ToolCall("read_file", {"path": "a.py"}), ToolCall("run_shell", {"command": "ls"}), ToolCall("submit", {})]
+    assert calls == [
+        ToolCall("read_file", {"path": "a.py"}),
+        ToolCall("run_shell", {"command": "ls"}),
+        ToolCall("submit", {}),
+    ]
 
 
 def test_fenced_json_is_a_fallback_only():
@@ -32,7 +51,7 @@ def test_fenced_json_is_a_fallback_only():
     assert parse_tool_calls(fenced) == [ToolCall("run_tests", {})]
     both = fenced + '\n<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
     assert parse_tool_calls(both) == [ToolCall("submit", {})]
-    assert parse_tool_calls("```json\n{\"a\": 1}\n```\nno calls here") == []
+    assert parse_tool_calls('```json\n{"a": 1}\n```\nno calls here') == []
 
 
 def test_unclosed_block_and_trailing_text_still_parse():
@@ -53,7 +72,9 @@ def test_malformed_calls_are_invalid_never_raise():
     for text, reason in cases.items():
         (call,) = parse_tool_calls(text)
         assert isinstance(call, InvalidCall) and reason in call.reason, (text, call)
-    (call,) = parse_tool_calls('<tool_call>{"name": "run_tests", "arguments": {}}</tool_call>', allowed=["submit"])
+    (call,) = parse_tool_calls(
+        '<tool_call>{"name": "run_tests", "arguments": {}}</tool_call>', allowed=["submit"]
+    )
     assert isinstance(call, InvalidCall) and "unknown tool" in call.reason
 
 
