@@ -179,3 +179,25 @@ def test_trainer_masks_observation_tokens_out_of_the_loss():
     loss, _ = clipped_pg_loss(new, old, torch.tensor([1.0]), weights)
     loss.backward()
     assert torch.isfinite(loss) and new.grad[0, 2] == 0 and new.grad[0, 3] == 0 and new.grad[0, 1] != 0
+
+
+def test_episode_fields_fit_the_trajectory_schema(box):  # noqa: F811
+    from storage.schema import TRAJECTORY_SCHEMA, Trajectory, to_table
+
+    jobs, scripts = jobs_and_scripts(k=1)
+    script = {m: ["no call here", *s] for m, s in scripts.items()}
+    ((ep,), _) = run_episodes(
+        ScriptedEngine(script, TOK), TOK, box, jobs, sampling=SamplingSpec(max_tokens=4000)
+    )
+    row = Trajectory(
+        trajectory_id="t", run_id="r", cycle=0, policy_version=0, task_id=ep.task.task_id, domain="repair", level=3,
+        split="train", origin="fresh", replay_count=0, group_id="g", sample_index=0, sandbox_backend="bwrap",
+        verifier_version="1", timings_json="{}", **ep.trajectory_fields(),
+    )  # fmt: skip
+    back = to_table([row], TRAJECTORY_SCHEMA).to_pylist()[0]
+    assert back["steps"][0]["exit_code"] is None and back["num_tool_calls"] == len(ep.steps)
+    assert (
+        sum(math.isnan(x) for x in back["completion_logprobs"])
+        == sum(math.isnan(x) for x in ep.completion_logprobs)
+        > 0
+    )
