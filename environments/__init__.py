@@ -11,6 +11,8 @@ DOMAINS = {
     "math": "environments.math_reasoning:MathReasoning",
     "extraction": "environments.doc_extraction:DocExtraction",
     "data": "environments.data_transform:DataTransform",
+    "repair": "environments.code_repair:CodeRepair",  # multi-turn: tools in a workspace
+    "terminal": "environments.terminal:Terminal",  # multi-turn
 }
 
 

@@ -19,6 +19,7 @@ run resume exactly.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
@@ -40,6 +41,27 @@ class TrainSample:
     completion_ids: list[int]
     old_logprobs: list[float]
     advantage: float
+
+
+def model_tokens(sample: TrainSample) -> int:
+    """Completion tokens the policy sampled. A NaN old logprob marks an observation token
+    of a multi-turn trajectory (tool output, chat markup; see policy/multiturn.py): it is
+    conditioned on but never trained on."""
+    return sum(1 for lp in sample.old_logprobs if not math.isnan(lp))
+
+
+def place_completions(
+    chunk: list[TrainSample], old_lp: torch.Tensor, weights: torch.Tensor, scales: list[float]
+) -> None:
+    """Write each sample's old logprobs and loss weights at its completion positions
+    (position t-1 predicts token t). Observation tokens (NaN) get weight 0 and old
+    logprob 0, so they drop out of the loss, the clip statistics and the KL term."""
+    for i, (s, w) in enumerate(zip(chunk, scales)):
+        start = len(s.prompt_ids) - 1
+        end = start + len(s.completion_ids)
+        old = torch.tensor(s.old_logprobs, dtype=old_lp.dtype)
+        old_lp[i, start:end] = torch.nan_to_num(old, nan=0.0)
+        weights[i, start:end] = w * (~torch.isnan(old)).to(weights.dtype)
 
 
 def _free_port() -> int:
@@ -137,7 +159,7 @@ class GRPOTrainer:
         cfg = self.cfg
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
-        per_sample = token_weights([len(s.completion_ids) for s in samples], cfg.loss_aggregation)
+        per_sample = token_weights([model_tokens(s) for s in samples], cfg.loss_aggregation)
         weight_of = {id(s): w for s, w in zip(samples, per_sample)}
         chunks = micro_batches(samples[rank::world], cfg.micro_batch_tokens)
         chunks += [[]] * (_max_over_ranks(len(chunks)) - len(chunks))
@@ -153,11 +175,7 @@ class GRPOTrainer:
             new_lp = token_logprobs(self.engine, ids, mask)
             old_lp = torch.zeros_like(new_lp)
             weights = torch.zeros_like(new_lp)
-            for i, s in enumerate(chunk):
-                start = len(s.prompt_ids) - 1  # position t-1 predicts token t
-                end = start + len(s.completion_ids)
-                old_lp[i, start:end] = torch.tensor(s.old_logprobs, dtype=old_lp.dtype)
-                weights[i, start:end] = weight_of[id(s)] * scale
+            place_completions(chunk, old_lp, weights, [weight_of[id(s)] * scale for s in chunk])
             if objective == "sft":
                 loss, stats = nll_loss(new_lp, weights)
             else:

@@ -1,0 +1,114 @@
+"""What a multi-turn domain adds to `Environment`, and the process rewards they share.
+
+A multi-turn domain works in a sandbox `Workspace` that the episode runner
+(policy/multiturn.py) holds for the whole trajectory: `setup_files(task)` seeds it,
+`system_prompt`/`task.prompt` open the chat, `test_command(task)` is what the
+`run_tests` tool runs, and after the episode `final_score(task, ws, steps)` inspects the
+workspace and returns the `Score`.
+
+Rewards, kept apart in the Score (outcome, process, penalty) and combined with the
+weights of `RewardWeights`:
+- outcome: the domain's verdict on the final state (fraction of hidden tests or checks);
+- valid: the fraction of the tool calls that parsed and named a known tool;
+- progress: how much of the gap between the checks satisfied at the start and all of
+  them the episode closed (negative progress, i.e. breaking things, counts as 0);
+- recovery: the fraction of failed calls that some later call succeeded after (1.0 when
+  nothing failed: there was nothing to recover from).
+reward = (w_outcome * outcome + sum(w_i * process_i)) / (w_outcome + sum(w_i)), so a
+perfect, clean episode scores exactly 1.0 and the process terms only shape the rest;
+`Score.process` holds the weighted process part before that normalisation. A suspected
+hack scores 0, with what it would have earned as a negative `penalty`.
+
+Multi-turn domains do not go through the single-turn verification path: their
+`verification_job` answers with an error Score saying so, rather than guessing.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+
+from environments.base import Environment, Score
+from environments.sandbox import Workspace
+from environments.tools import is_valid, tools_prompt
+from storage.schema import TaskSpec
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    outcome: float = 1.0
+    valid: float = 0.1
+    progress: float = 0.1
+    recovery: float = 0.1
+
+
+def process_components(steps: list[dict], start: float, end: float) -> dict[str, float]:
+    """The process reward components of an episode; start/end: fraction of checks satisfied."""
+    valid = sum(is_valid(s) for s in steps) / len(steps) if steps else 0.0
+    gap = 1.0 - start
+    progress = max(0.0, min(1.0, (end - start) / gap)) if gap > 1e-9 else (1.0 if end >= start else 0.0)
+    failed = [i for i, s in enumerate(steps) if s["exit_code"] != 0]
+    recovered = sum(any(s["exit_code"] == 0 for s in steps[i + 1 :]) for i in failed)
+    recovery = recovered / len(failed) if failed else 1.0
+    return {"valid": valid, "progress": progress, "recovery": recovery}
+
+
+def combine(outcome: float, parts: dict[str, float], weights: RewardWeights) -> tuple[float, float]:
+    """(reward, weighted process part)."""
+    process = sum(getattr(weights, k) * v for k, v in parts.items())
+    total = weights.outcome + sum(getattr(weights, k) for k in parts)
+    return (weights.outcome * outcome + process) / max(total, 1e-9), process
+
+
+class MultiTurnEnvironment(Environment):
+    multi_turn = True
+    tools: tuple[str, ...] = ("run_shell", "read_file", "write_file", "run_tests", "submit")
+    intro = "You are an agent working in a sandboxed Linux directory."
+
+    def __init__(self, weights: RewardWeights | None = None):
+        self.weights = weights or RewardWeights()
+
+    @property
+    def system_prompt(self) -> str:
+        return tools_prompt(self.intro, list(self.tools))
+
+    @abstractmethod
+    def setup_files(self, task: TaskSpec) -> dict[str, str]:
+        """The files the workspace starts with."""
+
+    def test_command(self, task: TaskSpec) -> list[str] | None:
+        """argv that `run_tests` runs in the workspace; None: no visible tests."""
+        return None
+
+    @abstractmethod
+    def final_score(self, task: TaskSpec, ws: Workspace, steps: list[dict]) -> Score:
+        """Score the finished episode from the workspace's final state."""
+
+    def make_score(
+        self,
+        outcome: float,
+        start: float,
+        end: float,
+        steps: list[dict],
+        *,
+        passed: int,
+        total: int,
+        hack: list[str] | None = None,
+        error: str = "",
+    ) -> Score:
+        """The Score of an episode, from its outcome and the check fractions at start and end."""
+        reward, process = combine(outcome, process_components(steps, start, end), self.weights)
+        if hack:
+            return Score(0.0, "suspected_hack", outcome=outcome, process=process, penalty=-reward,
+                         tests_passed=passed, tests_total=total, error="audit: " + "; ".join(hack))  # fmt: skip
+        verdict = "pass" if total and passed == total else "fail"
+        return Score(reward, verdict, outcome=outcome, process=process, tests_passed=passed,
+                     tests_total=total, error=error)  # fmt: skip
+
+    def verification_job(self, task, completion):
+        return Score(
+            0.0, "error", error=f"{self.name} is multi-turn: run it with policy.multiturn.run_episodes"
+        )
+
+    def score(self, task, job, result):
+        return Score(0.0, "error", error=f"{self.name} is multi-turn: it is scored by final_score")

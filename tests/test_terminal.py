@@ -1,0 +1,79 @@
+"""The terminal domain in real bwrap workspaces: reference solutions score 1.0 at every
+level and family, doing nothing or the wrong thing scores less, generation is
+deterministic, and reading verifier paths is flagged."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from environments import get_environment
+from environments.terminal import FAMILIES, evaluate
+from tests.multiturn_fixtures import box, play  # noqa: F401
+
+ENV = get_environment("terminal")
+
+
+def tasks_covering_all_families(level):
+    names = {f.__name__ for f in FAMILIES[level]}
+    found = {}
+    for seed in range(40):
+        for task in ENV.make_tasks("train", level, seed, 2):
+            found.setdefault(family_of(task), task)
+        if names <= set(found):
+            break
+    return [found[n] for n in sorted(names)]
+
+
+def family_of(task):
+    key, _ = ENV.generate(task.level, random.Random(task.seed))
+    return key.split(":")[0]
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_reference_solution_scores_one_for_every_family(box, level):  # noqa: F811
+    tasks = tasks_covering_all_families(level)
+    assert len(tasks) == 3
+    for task in tasks:
+        score, steps = play(ENV, task, box, ENV.reference_solution(task))
+        assert (score.reward, score.verdict, score.outcome) == (1.0, "pass", 1.0), (
+            task.prompt[1],
+            steps,
+            score,
+        )
+        assert score.process == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_doing_nothing_or_the_wrong_thing_scores_less(box, level):  # noqa: F811
+    task = ENV.make_tasks("train", level, 7, 1)[0]
+    idle, _ = play(ENV, task, box, [{"name": "submit"}])
+    assert idle.reward < 1.0 and idle.verdict == "fail"
+    wrong, steps = play(
+        ENV, task, box, [{"name": "run_shell", "arguments": {"command": "rm -rf ./* ; no-such-cmd"}}]
+    )
+    assert wrong.outcome < 1.0 and wrong.reward < 1.0 and steps[0]["exit_code"] != 0
+
+
+def test_generation_is_deterministic_and_splits_are_disjoint():
+    a = ENV.make_tasks("train", 2, 3, 5)
+    assert [t.setup_json for t in a] == [t.setup_json for t in ENV.make_tasks("train", 2, 3, 5)]
+    ev = ENV.make_tasks("eval", 2, 3, 5)
+    assert not {t.prompt[1]["content"] for t in a} & {t.prompt[1]["content"] for t in ev}
+    assert "solution" not in a[0].setup_json and "tools" in a[0].prompt[0]["content"]
+
+
+def test_checks_on_states_and_progress_start():
+    checks = [["file", "a/b.txt", "x\n"], ["dir", "a"], ["absent", "c"]]
+    assert evaluate(checks, {"files": {"a/b.txt": "x\n"}, "dirs": []}) == [True, True, True]
+    assert evaluate(checks, {"files": {"c": ""}, "dirs": []}) == [False, False, False]
+
+
+def test_reading_verifier_paths_is_flagged(box):  # noqa: F811
+    task = ENV.make_tasks("train", 1, 0, 1)[0]
+    calls = [
+        {"name": "run_shell", "arguments": {"command": "cat /verifier/checks.json"}}
+    ] + ENV.reference_solution(task)
+    score, _ = play(ENV, task, box, calls)
+    assert score.reward == 0.0 and score.verdict == "suspected_hack" and score.penalty < 0
