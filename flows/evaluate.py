@@ -25,7 +25,10 @@ EVAL_SEED = 20261130  # fixed: every evaluation sees the same held-out tasks
 METRICS_SQL = """
 WITH greedy_task AS (
     SELECT domain, level, task_id, max((verdict = 'pass')::INT) AS solved, avg(reward) AS reward,
-           avg(num_turns) AS turns, sum(len(completion_token_ids)) AS tokens
+           avg(num_turns) AS turns, sum(len(completion_token_ids)) AS tokens,
+           sum(num_tool_calls) AS calls,
+           sum(len(list_filter(steps, lambda s: s.action NOT LIKE '%"invalid"%'))) FILTER (WHERE num_tool_calls > 0)
+               AS valid_calls
     FROM greedy GROUP BY ALL
 ), sampled_task AS (
     SELECT task_id, max((verdict = 'pass')::INT) AS solved_any FROM sampled GROUP BY task_id
@@ -35,7 +38,8 @@ SELECT g.domain, g.level, count(*) AS tasks,
        round(avg(coalesce(s.solved_any, 0)), 4) AS "pass@k",
        round(avg(g.reward), 4) AS mean_reward,
        round(avg(g.turns), 2) AS mean_turns,
-       CASE WHEN sum(g.solved) > 0 THEN round(sum(g.tokens) / sum(g.solved), 1) END AS tokens_per_solved
+       CASE WHEN sum(g.solved) > 0 THEN round(sum(g.tokens) / sum(g.solved), 1) END AS tokens_per_solved,
+       CASE WHEN sum(g.calls) > 0 THEN round(sum(g.valid_calls) / sum(g.calls), 4) END AS tool_call_validity
 FROM greedy_task g LEFT JOIN sampled_task s USING (task_id)
 GROUP BY g.domain, g.level ORDER BY g.domain, g.level
 """

@@ -41,7 +41,8 @@ class SamplingConfig(BaseModel):
     k: int = Field(4, ge=1, description="Samples per task (the GRPO group size).")
     temperature: float = 1.0
     top_p: float = 1.0
-    max_tokens: int = 256
+    max_tokens: int = Field(256, description="Tokens per sample (per turn in multi-turn domains).")
+    max_turns: int = Field(6, ge=1, description="Assistant turns per multi-turn trajectory.")
 
 
 class SandboxConfig(BaseModel):

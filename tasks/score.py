@@ -1,5 +1,7 @@
-"""Stages 3 and 4, execute and score: every trajectory's answer runs in the sandbox pool
-under its domain's verifier, all at once, and the Score lands on the record.
+"""Stages 3 and 4, execute and score: every single-turn trajectory's answer runs in the
+sandbox pool under its domain's verifier, all at once, and the Score lands on the record.
+Multi-turn trajectories executed their actions and were scored in their workspaces
+during generation (policy/multiturn.py); they pass through unchanged.
 
 A sandbox infrastructure failure is retried once per job and then recorded as the
 `error` verdict on that trajectory: it never fails the cycle. A verifier's verdict is
@@ -26,7 +28,11 @@ from storage.schema import TaskSpec, Trajectory
 def score(rt, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> list[Trajectory]:
     by_id = {t.task_id: t for t in tasks}
     envs = {d: get_environment(d) for d in {t.domain for t in tasks}}
-    jobs = [envs[tr.domain].verification_job(by_id[tr.task_id], tr.messages[-1]["content"]) for tr in trajectories]
+    done = {i for i, tr in enumerate(trajectories) if tr.verdict != "pending"}  # multi-turn: scored in generate
+    jobs = [
+        None if i in done else envs[tr.domain].verification_job(by_id[tr.task_id], tr.messages[-1]["content"])
+        for i, tr in enumerate(trajectories)
+    ]
     runnable = [i for i, j in enumerate(jobs) if isinstance(j, Job)]
     results = {}
     with stage("score", total=len(trajectories)) as advance:
@@ -42,6 +48,9 @@ def score(rt, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> list[Tra
     max_tokens, buffer = rt.config.sampling.max_tokens, rt.config.reward.overlong_buffer
     scored = []
     for i, tr in enumerate(trajectories):
+        if i in done:
+            scored.append(tr)
+            continue
         env, spec = envs[tr.domain], by_id[tr.task_id]
         steps = []
         if i in results:

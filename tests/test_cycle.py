@@ -23,8 +23,8 @@ def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
         model={"path": tiny_model},
         store={"uri": "s3://flywheel-test/lake-it", "endpoint": seaweedfs},
         engine={"max_model_len": 1024},
-        sampler={"tasks_per_cycle": 4, "levels": [1, 2, 3]},
-        sampling={"k": 2, "max_tokens": 24},
+        sampler={"tasks_per_cycle": 6, "levels": [1, 2, 3], "domains": DOMAINS},
+        sampling={"k": 2, "max_tokens": 24, "max_turns": 3},
         # A random model fails every task, so every group has zero reward variance. Train
         # on them anyway with weight decay, so the update really changes the weights and
         # the sync check compares a changed policy.
@@ -36,12 +36,15 @@ def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
     return cfg, result.cycles, Lake(cfg.lake_uri, seaweedfs)
 
 
+DOMAINS = ["code", "math", "extraction", "data", "repair", "terminal"]
+
+
 def test_two_cycles_committed_to_s3(run):
     cfg, summaries, lake = run
     assert [s.cycle for s in summaries] == [0, 1]
     assert lake.committed_cycles("it") == [0, 1]
     table = lake.trajectories("it")
-    assert table.num_rows == 2 * 4 * 2
+    assert table.num_rows == 2 * 6 * 2
     assert len(set(table.column("trajectory_id").to_pylist())) == table.num_rows
     row = table.slice(0, 1).to_pylist()[0]
     assert row["prompt_token_ids"] and row["completion_token_ids"]
@@ -49,8 +52,24 @@ def test_two_cycles_committed_to_s3(run):
     assert row["verdict"] in {"fail", "no_code", "timeout", "error"} and row["sandbox_backend"] == "bwrap"
     assert set(summaries[0].stage_s) == {"sample", "generate", "score", "archive", "update", "replay"}
     cells = {(r["domain"], r["level"]) for r in summaries[0].by_domain_level}
-    assert cells <= {("code", 1), ("math", 1), ("extraction", 1), ("data", 1)} and len(cells) >= 3  # level 1 first
+    assert cells == {(d, 1) for d in DOMAINS}  # the curriculum starts at level 1 everywhere
     assert (cfg.run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_multi_turn_episodes_ran_in_workspaces(run):
+    """repair and terminal trajectories: turns played on real vLLM in bwrap workspaces,
+    scored there, observation tokens marked (NaN logprob) for the trainer to mask."""
+    import math
+
+    _, _, lake = run
+    rows = [r for r in lake.trajectories("it").to_pylist() if r["domain"] in ("repair", "terminal")]
+    assert len(rows) == 2 * 2 * 2
+    for r in rows:
+        assert r["verdict"] != "pending" and 1 <= r["num_turns"] <= 3
+        assert r["finish_reason"] in {"submit", "max_turns", "max_tokens"}
+        assert len(r["completion_logprobs"]) == len(r["completion_token_ids"])
+    multi = [r for r in rows if r["num_turns"] > 1]
+    assert multi and all(any(math.isnan(lp) for lp in r["completion_logprobs"]) for r in multi)
 
 
 def test_update_changed_the_policy_and_synced_the_engine(run, tiny_model):
