@@ -77,6 +77,12 @@ class RewardConfig(BaseModel):
     overlong_buffer: int = Field(
         0, ge=0, description="DAPO soft overlong penalty: the last N tokens of max_tokens cost up to -1."
     )
+    # Multi-turn domains (environments/agentic.py): reward = weighted mean of the outcome
+    # and the process terms; each term is also stored on its own in the lake.
+    outcome_weight: float = Field(1.0, gt=0, description="Weight of the domain's outcome (tests, checks).")
+    valid_weight: float = Field(0.1, ge=0, description="Weight of the share of tool calls that parsed.")
+    progress_weight: float = Field(0.1, ge=0, description="Weight of the checks gained since the start.")
+    recovery_weight: float = Field(0.1, ge=0, description="Weight of failed calls followed by a success.")
 
 
 class SamplerConfig(BaseModel):

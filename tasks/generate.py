@@ -20,7 +20,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from environments import get_environment
-from environments.agentic import MultiTurnEnvironment
+from environments.agentic import MultiTurnEnvironment, RewardWeights
 from flywheel.progress import stage
 from flywheel.config import SamplingConfig
 from policy.chat import encode_chat
@@ -70,12 +70,17 @@ def play_episodes(rt, tasks: list[TaskSpec], cycle: int, sampling: SamplingConfi
     (as many trajectories as the sandbox pool has workspaces), so progress shows."""
     out: list[Trajectory] = []
     per_wave = max(1, getattr(rt.sandbox, "concurrency", 4) // spec.n)
+    r = rt.config.reward
+    weights = RewardWeights(r.outcome_weight, r.valid_weight, r.progress_weight, r.recovery_weight)
+    envs = {d: get_environment(d) for d in {t.domain for t in tasks}}
+    for env in envs.values():
+        env.weights = weights
     with stage("episodes", total=len(tasks) * spec.n) as advance:
         for start in range(0, len(tasks), per_wave):
             wave = tasks[start : start + per_wave]
             t0 = time.monotonic()
             groups = run_episodes(
-                rt.engine, rt.tokenizer, rt.sandbox, [(t, get_environment(t.domain), spec.n) for t in wave],
+                rt.engine, rt.tokenizer, rt.sandbox, [(t, envs[t.domain], spec.n) for t in wave],
                 max_turns=sampling.max_turns, max_tokens=rt.config.engine.max_model_len,
                 sampling=dataclasses.replace(spec, n=1),
             )  # fmt: skip

@@ -32,3 +32,13 @@ def test_run_id_is_generated_once():
     assert cfg.run_id.startswith("run-") and cfg.with_run_id().run_id == cfg.run_id
     with pytest.raises(ValueError):
         FlywheelConfig().run_dir
+
+
+def test_process_reward_weights_reach_the_multi_turn_score():
+    from environments.agentic import RewardWeights, combine
+
+    cfg = FlywheelConfig.model_validate({"reward": {"valid_weight": 0.0, "progress_weight": 0.5}})
+    r = cfg.reward
+    w = RewardWeights(r.outcome_weight, r.valid_weight, r.progress_weight, r.recovery_weight)
+    reward, process = combine(0.0, {"valid": 1.0, "progress": 1.0, "recovery": 0.0}, w)
+    assert process == 0.5 and reward == 0.5 / (1.0 + 0.0 + 0.5 + 0.1)
