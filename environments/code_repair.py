@@ -149,8 +149,10 @@ def _run(src: str, name: str, args) -> str | None:
 
 
 def _cases(rng, good, bad, name, make_input):
-    """Visible inputs (at least one exposes the bug) and distinct hidden inputs."""
+    """Visible inputs (at least one exposes the bug) and distinct hidden inputs, at least
+    half of which expose the bug: an untouched repository must never pass them."""
     seen, visible, hidden = set(), [], []
+    unexposing = 0
     for _ in range(500):
         args = make_input(rng)
         sig = json.dumps(args)
@@ -160,8 +162,9 @@ def _cases(rng, good, bad, name, make_input):
         exposes = _run(good, name, args) != _run(bad, name, args)
         if len(visible) < N_VISIBLE and (exposes or len(visible) < N_VISIBLE - 1 or good == bad):
             visible.append(list(args))
-        elif len(hidden) < N_HIDDEN:
+        elif len(hidden) < N_HIDDEN and (exposes or good == bad or unexposing < N_HIDDEN // 2):
             hidden.append(list(args))
+            unexposing += not exposes
         if len(visible) == N_VISIBLE and len(hidden) == N_HIDDEN:
             break
     return visible, hidden

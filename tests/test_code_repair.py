@@ -88,3 +88,16 @@ def test_a_fix_that_tampers_with_the_interpreter_is_flagged(box):  # noqa: F811
     fixed = json.loads(task.verifier_json)["fixed"][module] + "\nimport sys\nsys.modules['json'] = None\n"
     score, _ = play(ENV, task, box, [{"name": "write_file", "arguments": {"path": module, "content": fixed}}])
     assert score.verdict == "suspected_hack" and score.reward == 0.0
+
+
+def test_an_untouched_repository_never_passes_the_hidden_tests():
+    """Doing nothing must not pass: hidden inputs that expose each bug are always drawn."""
+    import json
+
+    from environments import get_environment
+
+    env = get_environment("repair")
+    for level in env.levels:
+        for split, n in (("train", 40), ("eval", 15)):
+            for task in env.make_tasks(split, level, 0, n):
+                assert json.loads(task.verifier_json)["start"] < 1.0, (level, task.task_id)
