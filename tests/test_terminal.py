@@ -77,3 +77,14 @@ def test_reading_verifier_paths_is_flagged(box):  # noqa: F811
     ] + ENV.reference_solution(task)
     score, _ = play(ENV, task, box, calls)
     assert score.reward == 0.0 and score.verdict == "suspected_hack" and score.penalty < 0
+
+
+def test_an_untouched_workspace_never_passes():
+    import json
+
+    from environments import get_environment
+
+    env = get_environment("terminal")
+    for level in env.levels:
+        for split in ("train", "eval"):
+            assert all(json.loads(t.verifier_json)["start"] < 1.0 for t in env.make_tasks(split, level, 1, 30))
