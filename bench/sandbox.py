@@ -4,7 +4,8 @@ sandbox that starts a process per verification pays), at concurrency 1, 2, 4 and
 in one run, with the ratios to that baseline.
 
 A verification is what tasks/score.py runs for the code domain: the code environment's
-harness (hidden tests on stdin, canonical JSON compare, nonce) against a correct
+harness (hidden inputs on stdin, outputs back as canonical JSON on a nonce line,
+compared on the host by the environment's `score`) against a correct
 candidate solution, for tasks drawn from the level-1..3 families. Each result is
 checked to pass: a fast wrong answer counts for nothing. After the pools close, the
 script counts what was left behind (processes, file descriptors, temp dirs).
