@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import random
 import re
-import secrets
 
 from environments.audit import audit_python
 from environments.base import Environment, Score
-from environments.sandbox import ExecResult, Job
+from environments.harness import harness_job, read_report
+from environments.sandbox import ExecResult
 from storage.schema import TaskSpec
 
 VERBS = ["compute", "get", "make", "find", "calc", "build", "derive", "produce"]
@@ -147,49 +147,6 @@ FAMILIES = {
 }
 N_EXAMPLES, N_HIDDEN = 3, 8
 
-# Runs in the sandbox with the solution. It gets the hidden *inputs* only and sends back
-# what the solution returned, as canonical JSON; the expected outputs never enter the
-# sandbox and the comparison happens on the host (`score`), so no code the solution runs,
-# however it tampers with this process, can make a wrong answer compare equal.
-HARNESS = r"""
-import json, os, signal, sys
-spec = json.loads(sys.stdin.read())
-nonce, entry, inputs = spec.pop("nonce"), spec["entry"], spec.pop("inputs")
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the solution's prints go nowhere
-def report(**result):
-    os.write(out, (nonce + json.dumps(result) + "\n").encode())
-    os._exit(0)
-def on_alarm(*_):
-    raise TimeoutError("test took too long")
-signal.signal(signal.SIGALRM, on_alarm)
-ns = {"__name__": "solution"}
-try:
-    signal.alarm(5)
-    exec(compile(open("solution.py").read(), "solution.py", "exec"), ns)
-    signal.alarm(0)
-except BaseException as e:
-    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
-fn = ns.get(entry)
-if not callable(fn):
-    report(outputs=[], error=f"no function named {entry}")
-outputs, first_error, timed_out = [], "", False
-for args in inputs:
-    try:
-        signal.alarm(1)
-        got = fn(*args)
-        signal.alarm(0)
-        outputs.append(json.dumps(got, sort_keys=True))
-    except BaseException as e:
-        signal.alarm(0)
-        outputs.append(None)
-        first_error = first_error or f"{type(e).__name__}: {e}"[:300]
-        if isinstance(e, TimeoutError):
-            timed_out = True
-            break  # one slow test is enough to know; the rest count as failed
-report(outputs=outputs, error=first_error, timed_out=timed_out)
-"""
-
 CODE_BLOCK = re.compile(r"```(?:python|py)?[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
 
 
@@ -250,9 +207,7 @@ class CodeSynthesis(Environment):
         code = extract_code(completion, verifier["entry"])
         if code is None:
             return Score(0.0, "no_code", tests_total=len(verifier["tests"]), error="no code in completion")
-        inputs = [args for args, _ in verifier["tests"]]
-        spec = {"nonce": secrets.token_hex(16), "entry": verifier["entry"], "inputs": inputs}
-        return Job(["python", "-I", "-c", HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
+        return harness_job(code, verifier["entry"], [args for args, _ in verifier["tests"]], call="args")
 
     def score(self, task, job, result: ExecResult):
         tests = json.loads(task.verifier_json)["tests"]
@@ -260,7 +215,9 @@ class CodeSynthesis(Environment):
         if result.error:
             return Score(0.0, "error", tests_total=total, error=result.error)
         findings = audit_python(job.files["solution.py"])
-        passed, res, problem = self._compare(job, result, tests)
+        outputs, res, problem = read_report(job, result)
+        expected = [json.dumps(want, sort_keys=True) for _, want in tests]
+        passed = sum(got == want for got, want in zip(outputs, expected))
         frac = passed / max(1, total)
         if findings or problem == "forged":  # paid nothing for trying, whatever it scored
             why = "; ".join(findings) or "a forged or malformed result line"
@@ -273,20 +230,3 @@ class CodeSynthesis(Environment):
         verdict = "pass" if passed == total else "timeout" if res.get("timed_out") else "fail"
         return Score(frac, verdict, outcome=frac, tests_passed=passed, tests_total=total,
                      error=str(res.get("error", "")))  # fmt: skip
-
-    @staticmethod
-    def _compare(job, result: ExecResult, tests) -> tuple[int, dict, str]:
-        """(tests passed, the harness's report, a problem or ""), comparing on the host."""
-        nonce = json.loads(job.stdin)["nonce"]  # sent on stdin, unknown to the solution's author
-        lines = [ln[len(nonce) :] for ln in result.stdout.splitlines() if ln.startswith(nonce)]
-        if len(lines) > 1:
-            return 0, {}, "forged"
-        if not lines:  # the solution left before the harness could answer
-            return 0, {}, f"no result from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
-        try:
-            res = json.loads(lines[0])
-            outputs = list(res["outputs"])
-        except (ValueError, KeyError, TypeError):
-            return 0, {}, "forged"
-        expected = [json.dumps(want, sort_keys=True) for _, want in tests]
-        return sum(got == want for got, want in zip(outputs, expected)), res, ""

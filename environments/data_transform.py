@@ -15,12 +15,11 @@ one example input and its exact output; the hidden tests are other inputs of the
 shape. Output formats are pinned in words (json.dumps defaults, `\\n` line ends, no
 quoting) because the comparison is exact.
 
-Verification reuses code_synthesis's extraction and harness approach (only the hidden
-inputs go in, on stdin; the solution's prints go to /dev/null; its outputs come back on a
-nonce-tagged line and are compared on the host, so expected outputs never enter the
-sandbox; `environments.audit` zeroes tampering as `suspected_hack`) with its own harness:
-the function takes one string, must return a `str` (exactly, so a str subclass with a
-lying __eq__ fails), and outputs are compared after removing trailing newlines only. Reward = outcome = fraction of hidden tests passed.
+Verification reuses code_synthesis's code extraction and the shared harness
+(environments/harness.py: only the hidden inputs go into the sandbox, outputs are compared
+on the host; `environments.audit` zeroes tampering as `suspected_hack`) in its `text`
+mode: the function takes one string and must return a `str` (exactly, so a str subclass
+with a lying __eq__ fails); outputs are compared after removing trailing newlines only. Reward = outcome = fraction of hidden tests passed.
 penalty = -0.1 when the code was found outside the asked-for ```python block and earned
 something (as in the math domain: charged only on credit, never below no answer).
 Verdicts: pass, fail, timeout, error (sandbox broke), no_code (no code in the reply).
@@ -33,12 +32,12 @@ from __future__ import annotations
 import json
 import random
 import re
-import secrets
 
 from environments.audit import audit_python
 from environments.base import Environment, Score
 from environments.code_synthesis import CODE_BLOCK, extract_code
-from environments.sandbox import ExecResult, Job
+from environments.harness import harness_job, read_report
+from environments.sandbox import ExecResult
 from storage.schema import TaskSpec
 
 FORMAT_PENALTY = -0.1
@@ -287,52 +286,6 @@ def run_reference(source: str, text: str) -> str:
     return ns[ENTRY](text)
 
 
-# As in code_synthesis: the harness gets the hidden inputs only and sends back what the
-# solution returned; the expected outputs never enter the sandbox and `score` compares
-# on the host, so tampering with this process cannot make a wrong output pass.
-HARNESS = r"""
-import json, os, signal, sys
-spec = json.loads(sys.stdin.read())
-nonce, inputs = spec.pop("nonce"), spec.pop("inputs")
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the solution's prints go nowhere
-def report(**result):
-    os.write(out, (nonce + json.dumps(result) + "\n").encode())
-    os._exit(0)
-def on_alarm(*_):
-    raise TimeoutError("test took too long")
-signal.signal(signal.SIGALRM, on_alarm)
-ns = {"__name__": "solution"}
-try:
-    signal.alarm(5)
-    exec(compile(open("solution.py").read(), "solution.py", "exec"), ns)
-    signal.alarm(0)
-except BaseException as e:
-    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
-fn = ns.get("transform")
-if not callable(fn):
-    report(outputs=[], error="no function named transform")
-outputs, first_error, timed_out = [], "", False
-for text in inputs:
-    try:
-        signal.alarm(2)
-        got = fn(text)
-        signal.alarm(0)
-        if type(got) is not str:
-            first_error = first_error or f"returned {type(got).__name__}, not str"
-            got = None
-        outputs.append(got)
-    except BaseException as e:
-        signal.alarm(0)
-        outputs.append(None)
-        first_error = first_error or f"{type(e).__name__}: {e}"[:300]
-        if isinstance(e, TimeoutError):
-            timed_out = True
-            break
-report(outputs=outputs, error=first_error, timed_out=timed_out)
-"""
-
-
 BARE_START = re.compile(rf"^(?:import |from \S+ import |def {ENTRY}\b)", re.MULTILINE)
 
 
@@ -390,24 +343,17 @@ class DataTransform(Environment):
         code, fenced = find_code(completion)
         if code is None:
             return Score(0.0, "no_code", tests_total=len(tests), error="no code in completion")
-        spec = {"nonce": secrets.token_hex(16), "inputs": [text for text, _ in tests], "fenced": fenced}
-        return Job(["python", "-I", "-c", HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
+        return harness_job(code, ENTRY, [text for text, _ in tests], call="text", test_timeout_s=2, fenced=fenced)
 
     def score(self, task, job, result: ExecResult):
         tests = json.loads(task.verifier_json)["tests"]
         total = len(tests)
         if result.error:
             return Score(0.0, "error", tests_total=total, error=result.error)
-        sent = json.loads(job.stdin)  # the nonce went on stdin, unknown to the solution's author
-        lines = [ln[len(sent["nonce"]) :] for ln in result.stdout.splitlines() if ln.startswith(sent["nonce"])]
+        outputs, res, problem = read_report(job, result)
         findings = audit_python(job.files["solution.py"])
-        try:
-            res = json.loads(lines[0]) if len(lines) == 1 else {}
-            outputs = list(res.get("outputs", []))
-        except (ValueError, TypeError, AttributeError):
-            res, outputs, findings = {}, [], findings + ["a malformed result line"]
-        if len(lines) > 1:
-            findings.append("a forged result line")
+        if problem == "forged":
+            findings.append("a forged or malformed result line")
         passed = sum(
             isinstance(got, str) and got.rstrip("\n") == want.rstrip("\n") for got, (_, want) in zip(outputs, tests)
         )
@@ -417,14 +363,13 @@ class DataTransform(Environment):
                          tests_total=total, error="audit: " + "; ".join(findings))  # fmt: skip
         if result.timed_out:
             return Score(0.0, "timeout", tests_total=total, error="verification timed out")
-        if not lines:
-            error = f"no verdict from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
-            return Score(0.0, "fail", tests_total=total, error=error)
+        if problem:
+            return Score(0.0, "fail", tests_total=total, error=problem)
         first_error = res.get("error", "")
         if not first_error and passed < total:
             wrong = next((g for g, (_, w) in zip(outputs, tests) if g is None or g.rstrip("\n") != w.rstrip("\n")), None)
             first_error = f"wrong output: {wrong!r}"[:300]
-        penalty = FORMAT_PENALTY if outcome > 0 and not sent["fenced"] else 0.0
+        penalty = FORMAT_PENALTY if outcome > 0 and not json.loads(job.stdin)["fenced"] else 0.0
         verdict = "pass" if passed == total else "timeout" if res.get("timed_out") else "fail"
         error = first_error + ("; code was not in a ```python block" if penalty else "")
         return Score(

@@ -1,0 +1,87 @@
+"""The verification harness of the function-writing domains (`code`, `data`), and the
+host side that reads its report.
+
+The harness runs in the sandbox next to the candidate's `solution.py`. It gets the hidden
+tests' *inputs* only (on stdin, with a per-run nonce), calls the entry function on each
+under a per-test alarm, and sends back what it returned: canonical JSON (`call="args"`:
+`fn(*args)`) or the returned string itself (`call="text"`: `fn(text)`, which must return
+exactly a `str`). The solution's prints go to /dev/null. The expected outputs never enter
+the sandbox: each domain compares on the host, so no code the solution runs, however it
+tampers with this process, can make a wrong answer compare equal. A second report line
+(a forgery) or a malformed one is reported as `forged`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from environments.sandbox import ExecResult, Job
+
+HARNESS = r"""
+import json, os, signal, sys
+spec = json.loads(sys.stdin.read())
+nonce, entry, inputs, call = spec.pop("nonce"), spec["entry"], spec.pop("inputs"), spec["call"]
+out = os.dup(1)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the solution's prints go nowhere
+def report(**result):
+    os.write(out, (nonce + json.dumps(result) + "\n").encode())
+    os._exit(0)
+def on_alarm(*_):
+    raise TimeoutError("test took too long")
+signal.signal(signal.SIGALRM, on_alarm)
+ns = {"__name__": "solution"}
+try:
+    signal.alarm(5)
+    exec(compile(open("solution.py").read(), "solution.py", "exec"), ns)
+    signal.alarm(0)
+except BaseException as e:
+    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
+fn = ns.get(entry)
+if not callable(fn):
+    report(outputs=[], error=f"no function named {entry}")
+outputs, first_error, timed_out = [], "", False
+for arg in inputs:
+    try:
+        signal.alarm(spec["test_timeout_s"])
+        got = fn(*arg) if call == "args" else fn(arg)
+        signal.alarm(0)
+        if call == "args":
+            got = json.dumps(got, sort_keys=True)
+        elif type(got) is not str:
+            first_error = first_error or f"returned {type(got).__name__}, not str"
+            got = None
+        outputs.append(got)
+    except BaseException as e:
+        signal.alarm(0)
+        outputs.append(None)
+        first_error = first_error or f"{type(e).__name__}: {e}"[:300]
+        if isinstance(e, TimeoutError):
+            timed_out = True
+            break  # one slow test is enough to know; the rest count as failed
+report(outputs=outputs, error=first_error, timed_out=timed_out)
+"""
+
+
+def harness_job(code: str, entry: str, inputs: list, call: str, test_timeout_s: int = 1, **extra) -> Job:
+    """A sandbox job running `code` under the harness; `extra` rides along on stdin for
+    the host's own use (the solution never sees the spec: the harness pops it first)."""
+    spec = {"nonce": secrets.token_hex(16), "entry": entry, "inputs": inputs, "call": call,
+            "test_timeout_s": test_timeout_s, **extra}  # fmt: skip
+    return Job(["python", "-I", "-c", HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
+
+
+def read_report(job: Job, result: ExecResult) -> tuple[list, dict, str]:
+    """(outputs, the harness's report, problem): problem is "" when exactly one well-formed
+    report came back, "forged" for a second or malformed one, else why none came."""
+    nonce = json.loads(job.stdin)["nonce"]  # sent on stdin, unknown to the solution's author
+    lines = [ln[len(nonce) :] for ln in result.stdout.splitlines() if ln.startswith(nonce)]
+    if len(lines) > 1:
+        return [], {}, "forged"
+    if not lines:  # the solution left before the harness could answer
+        return [], {}, f"no result from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
+    try:
+        report = json.loads(lines[0])
+        return list(report["outputs"]), report, ""
+    except (ValueError, KeyError, TypeError):
+        return [], {}, "forged"
