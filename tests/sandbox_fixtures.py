@@ -8,12 +8,16 @@ a missing engine fails instead of skipping.
 from __future__ import annotations
 
 import os
+import secrets
 
 import pytest
 
 from environments.sandbox import Job, Limits
 
 BACKENDS = ["bwrap", "docker"]
+# The escape suite's limits, and a canary planted in the environment its pools start from.
+LIMITS = Limits(wall_s=3, cpu_s=3, memory_mb=256, max_procs=24, file_size_mb=4, output_bytes=4096)
+CANARY = "flywheel-canary-" + secrets.token_hex(8)
 
 
 def make_box(backend: str, limits: Limits, concurrency: int, **kw):
@@ -21,7 +25,12 @@ def make_box(backend: str, limits: Limits, concurrency: int, **kw):
         from environments.sandbox.bwrap import BwrapSandbox
 
         return BwrapSandbox(limits, concurrency, **kw)
-    from environments.sandbox.docker_backend import DEFAULT_IMAGE, DockerSandbox, build_image, docker_unavailable
+    from environments.sandbox.docker_backend import (
+        DEFAULT_IMAGE,
+        DockerSandbox,
+        build_image,
+        docker_unavailable,
+    )
 
     why = docker_unavailable()
     if why:
@@ -57,3 +66,6 @@ def host_processes_with(marker: str) -> list[str]:
 def serves(box) -> bool:
     res = box.run(Job(["python", "-c", "print(6 * 7)"]))
     return res.error is None and res.stdout.strip() == "42"
+
+def py(box, code, **kw):
+    return box.run(Job(["python", "-c", code], **kw))
