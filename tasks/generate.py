@@ -21,8 +21,8 @@ from prefect.cache_policies import NO_CACHE
 
 from environments import get_environment
 from environments.agentic import MultiTurnEnvironment, RewardWeights
-from flywheel.progress import stage
 from flywheel.config import SamplingConfig
+from flywheel.progress import stage
 from policy.chat import encode_chat
 from policy.engines import SamplingSpec
 from policy.multiturn import run_episodes
@@ -61,8 +61,8 @@ def episode_trajectory(rt, cycle, label, ep, gen_s) -> Trajectory:
     )  # fmt: skip
 
 
-def is_multi_turn(task_spec: TaskSpec) -> bool:
-    return isinstance(get_environment(task_spec.domain), MultiTurnEnvironment)
+def is_multi_turn(domain: str) -> bool:
+    return isinstance(get_environment(domain), MultiTurnEnvironment)
 
 
 def play_episodes(rt, tasks: list[TaskSpec], cycle: int, sampling: SamplingConfig, spec: SamplingSpec, label: str):
@@ -107,10 +107,11 @@ def generate(
         n=sampling.k, temperature=sampling.temperature, top_p=sampling.top_p,
         max_tokens=sampling.max_tokens, seed=int(stable_id(cfg.seed, cycle, label), 16) % (2**31),
     )  # fmt: skip
-    multi = [t for t in tasks if is_multi_turn(t)]
+    multi_turn = {d for d in {t.domain for t in tasks} if is_multi_turn(d)}
+    multi = [t for t in tasks if t.domain in multi_turn]
     out: list[Trajectory] = play_episodes(rt, multi, cycle, sampling, spec, label) if multi else []
-    prompts = [p for t, p in zip(tasks, prompts) if not is_multi_turn(t)]
-    tasks = [t for t in tasks if not is_multi_turn(t)]
+    prompts = [p for t, p in zip(tasks, prompts) if t.domain not in multi_turn]
+    tasks = [t for t in tasks if t.domain not in multi_turn]
     batch = max(1, -(-len(tasks) // 4))
     with stage("generate", total=len(tasks) * spec.n) as advance:
         for start in range(0, len(tasks), batch):

@@ -3,8 +3,6 @@ SeaweedFS S3 server, and one Prefect test server for the whole session."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import flywheel  # noqa: F401  (offline defaults)
@@ -33,15 +31,11 @@ def seaweedfs(tmp_path_factory):
     from storage.seaweed import SeaweedServer
 
     server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs"), access_key="flywheel-test", secret_key="flywheel-secret")
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
-    try:
-        server.start(bucket="flywheel-test")
-        yield server.endpoint
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in server.env.items():
+            env.setenv(key, value)
+        try:
+            server.start(bucket="flywheel-test")
+            yield server.endpoint
+        finally:
+            server.stop()

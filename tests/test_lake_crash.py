@@ -88,10 +88,10 @@ def test_sigkill_at_random_points_local(tmp_path):
     print(f"local: 12 kills, {cycles * ROWS_PER_CYCLE} rows expected and found, 0 duplicates")
 
 
-def test_s3_server_restart_mid_write_and_kills(tmp_path):
+def test_s3_server_restart_mid_write_and_kills(tmp_path, monkeypatch):
     server = SeaweedServer(tmp_path / "s3", access_key="crash", secret_key="crash-secret")
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)  # the writer processes inherit them
     try:
         server.start(bucket="lake")
         root, cycles = "s3://lake/crash", 12
@@ -111,8 +111,3 @@ def test_s3_server_restart_mid_write_and_kills(tmp_path):
         assert uploads == [], uploads
     finally:
         server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

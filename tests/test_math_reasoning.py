@@ -21,23 +21,6 @@ def golden(task) -> str:
     return f"Let me work it out step by step.\nAnswer: {json.loads(task.verifier_json)['answer']}"
 
 
-def test_tasks_are_deterministic_per_seed():
-    a = env.make_tasks("train", 2, seed=7, count=6)
-    b = env.make_tasks("train", 2, seed=7, count=6)
-    assert [t.task_id for t in a] == [t.task_id for t in b]
-    assert [t.prompt for t in a] == [t.prompt for t in b]
-    assert [t.verifier_json for t in a] == [t.verifier_json for t in b]
-    assert [t.task_id for t in env.make_tasks("train", 2, seed=8, count=6)] != [t.task_id for t in a]
-
-
-def test_train_and_eval_never_share_a_task():
-    train = [t for lvl in env.levels for t in env.make_tasks("train", lvl, 0, 80)]
-    evals = [t for lvl in env.levels for t in env.make_tasks("eval", lvl, 0, 40)]
-    assert {t.split for t in train} == {"train"} and {t.split for t in evals} == {"eval"}
-    assert not {t.task_id for t in train} & {t.task_id for t in evals}
-    assert not {t.prompt[1]["content"] for t in train} & {t.prompt[1]["content"] for t in evals}
-
-
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_levels_are_valid_and_varied(level):
     assert len(env.levels) >= 3 and len(FAMILIES[level]) >= 3

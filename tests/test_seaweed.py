@@ -1,6 +1,5 @@
 """`flywheel store serve`: a local S3 server a run can use, gone when the command stops."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from storage.seaweed import free_port
 from storage.synthetic import cycle_tables
 
 
-def test_store_serve_serves_a_lake_and_stops_cleanly(tmp_path):
+def test_store_serve_serves_a_lake_and_stops_cleanly(tmp_path, monkeypatch):
     port = free_port()
     cli = Path(sys.executable).parent / "flywheel"
     proc = subprocess.Popen(
@@ -22,16 +21,11 @@ def test_store_serve_serves_a_lake_and_stops_cleanly(tmp_path):
         first = proc.stdout.readline()
         assert f"S3 at http://127.0.0.1:{port}" in first, first
         exports = proc.stdout.readline().split("export", 1)[1].split()
-        env = dict(item.split("=", 1) for item in exports)
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            lake = Lake("s3://lake/served", f"http://127.0.0.1:{port}")
-            lake.commit_tables("r", 0, *cycle_tables("r", 0, 5))
-            assert Lake("s3://lake/served", f"http://127.0.0.1:{port}").trajectories("r").num_rows == 20
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        for item in exports:  # the credentials the command told us to export
+            monkeypatch.setenv(*item.split("=", 1))
+        lake = Lake("s3://lake/served", f"http://127.0.0.1:{port}")
+        lake.commit_tables("r", 0, *cycle_tables("r", 0, 5))
+        assert Lake("s3://lake/served", f"http://127.0.0.1:{port}").trajectories("r").num_rows == 20
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)

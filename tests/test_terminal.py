@@ -56,11 +56,8 @@ def test_doing_nothing_or_the_wrong_thing_scores_less(box, level):  # noqa: F811
     assert wrong.outcome < 1.0 and wrong.reward < 1.0 and steps[0]["exit_code"] != 0
 
 
-def test_generation_is_deterministic_and_splits_are_disjoint():
+def test_the_solution_stays_out_of_the_setup():  # determinism and splits: test_domains.py
     a = ENV.make_tasks("train", 2, 3, 5)
-    assert [t.setup_json for t in a] == [t.setup_json for t in ENV.make_tasks("train", 2, 3, 5)]
-    ev = ENV.make_tasks("eval", 2, 3, 5)
-    assert not {t.prompt[1]["content"] for t in a} & {t.prompt[1]["content"] for t in ev}
     assert "solution" not in a[0].setup_json and "tools" in a[0].prompt[0]["content"]
 
 

@@ -282,6 +282,11 @@ def empty(path):
             pass
 
 
+def wipe():
+    empty(WORK)
+    empty(TMP)
+
+
 def safe_path(name):
     p = os.path.normpath(os.path.join(WORK, name))
     if not p.startswith(WORK + "/"):
@@ -322,8 +327,7 @@ def take_snapshot():
 
 
 def restore(snap):
-    empty(WORK)
-    empty(TMP)
+    wipe()
     for p, kind, data, mode in snap:
         if kind == "d":
             os.makedirs(p, exist_ok=True)
@@ -345,8 +349,7 @@ def handle(req, keep):
             return run(req, keep)
         finally:
             if req.get("wipe"):
-                empty(WORK)
-                empty(TMP)
+                wipe()
     if op == "put":
         put(req["files"])
     elif op == "read":
@@ -359,8 +362,7 @@ def handle(req, keep):
         restore(snapshot)
     elif op == "wipe":
         snapshot = []
-        empty(WORK)
-        empty(TMP)
+        wipe()
     elif op != "ping":
         raise ValueError(f"unknown op {op!r}")
     # every other process this sandbox can see: none between executions, or a leak
