@@ -68,8 +68,8 @@ class PolicyStore:
             save_dir, tag = checkpoint
             target = self._version_path(version, "checkpoint")
             self.lake._delete_dir(target)
-            entry["checkpoint"] = self._put(Path(save_dir) / tag, f"{target}/{tag}", None)[: -len(tag) - 1]
-            entry["tag"] = tag
+            self._put(Path(save_dir) / tag, f"{target}/{tag}", None)
+            entry.update(checkpoint=target[len(self.lake.root) + 1 :], tag=tag)
             shutil.rmtree(save_dir, ignore_errors=True)
         if entry:
             entry.update(cycle=cycle, published_at=datetime.now(timezone.utc).isoformat())
