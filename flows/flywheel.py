@@ -1,6 +1,9 @@
 """The flywheel: N cycles of sample -> generate -> score -> archive -> update -> replay.
 
-`run_cycle` reads top to bottom as the cycle itself. Every stage's output is in the lake
+`run_cycle` reads top to bottom as the cycle itself. The update is handed to an
+`UpdatePipeline` (flywheel/pipeline.py): by default it runs and syncs at once; with
+`pipeline.max_policy_lag` > 0 it trains in the background while the next cycle is
+generated, on weights at most that many versions old. Every stage's output is in the lake
 (or the policy manifest) before the next stage starts, and each stage is skipped when
 its output is already there, so a killed run resumes at the stage where it stopped:
 pass the same `run_id` again. The CLI (`flywheel run`), the Prefect deployments and a
@@ -16,6 +19,7 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 
 from flywheel.config import FlywheelConfig
+from flywheel.pipeline import UpdatePipeline
 from flywheel.reporting import by_domain_level, publish_cycle
 from flywheel.results import CycleSummary, FlywheelResult
 from flywheel.runtime import Runtime
@@ -25,11 +29,11 @@ from tasks.generate import generate
 from tasks.replay import replay
 from tasks.sample import sample
 from tasks.score import score
-from tasks.update import update
 
 
-def run_cycle(rt: Runtime, cycle: int) -> CycleSummary:
+def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
     timings: dict[str, float] = {}
+    t_cycle = time.monotonic()
 
     def timed(name, fn, *args):
         t0 = time.monotonic()
@@ -39,14 +43,20 @@ def run_cycle(rt: Runtime, cycle: int) -> CycleSummary:
 
     if not rt.lake.is_committed(rt.run_id, cycle):
         tasks = timed("sample", sample, cycle)
+        timings["wait_update"] = round(updates.admit_rollouts(), 2)
         trajectories = timed("generate", generate, tasks, cycle)
         trajectories = timed("score", score, tasks, trajectories)
         timed("archive", archive, cycle, tasks, trajectories)
-    update_metrics = {}
     if rt.manifest["updated_cycle"] < cycle:
-        update_metrics = timed("update", update, cycle)
+        t0 = time.monotonic()
+        updates.submit(cycle)  # synchronous: trains and syncs now; else starts in the background
+        timings["update"] = round(time.monotonic() - t0, 2)
     if rt.lake.read_replay_queue(rt.run_id, cycle + 1) is None:
         timed("replay", replay, cycle)
+    if timings:
+        timings["cycle"] = round(time.monotonic() - t_cycle, 2)
+    synced = updates.take_metrics()  # asynchronous: usually the previous cycle's update
+    update_metrics = {**synced[max(synced)], "update_cycle": max(synced)} if synced else {}
     return cycle_summary(rt, cycle, timings, update_metrics)
 
 
@@ -89,14 +99,21 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
     logger = get_run_logger()
     logger.info("run %s in %s, lake %s", config.run_id, config.run_dir, config.lake_uri)
     rt = Runtime(config, say=logger.info)
+    updates = UpdatePipeline(rt, config.pipeline.max_policy_lag)
     summaries: list[CycleSummary] = []
     try:
         for cycle in cycles(rt):
-            summary = run_cycle(rt, cycle)
+            summary = run_cycle(rt, cycle, updates)
             summaries.append(summary)
             logger.info("cycle %d: %s", cycle, json.dumps(summary.model_dump(exclude={"by_domain_level"})))
             reporter().print(summary.line())
             publish_cycle(rt, summary)
+        updates.drain()
+        for cycle, metrics in updates.take_metrics().items():
+            logger.info("update of cycle %d (synced at the end): %s", cycle, json.dumps(metrics, default=str))
+    except BaseException:
+        updates.abandon()
+        raise
     finally:
         rt.close()
     return FlywheelResult(run_id=config.run_id, run_dir=str(config.run_dir), lake_uri=config.lake_uri, cycles=summaries)
@@ -113,5 +130,11 @@ def flywheel(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
 @flow(name="flywheel-cycle", flow_run_name=_flow_run_name)
 def single_cycle(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
     """Run the next cycle of `config.run_id` (the first one of a new run), or finish the
-    last one if it was interrupted."""
-    return _run(config.with_run_id(), lambda rt: [rt.next_cycle()])
+    last one if it was interrupted (with any update an asynchronous run left undone)."""
+    return _run(config.with_run_id(), cycles_to_finish)
+
+
+def cycles_to_finish(rt: Runtime) -> range:
+    """The cycles whose update is not published, up to the next one to generate: an
+    asynchronous run killed mid-way can leave committed cycles without their update."""
+    return range(rt.manifest["updated_cycle"] + 1, rt.next_cycle() + 1)

@@ -132,6 +132,20 @@ class TrainerConfig(BaseModel):
     )
     bf16: bool | None = Field(None, description="Empty: bf16 where the GPU supports it, fp32 on CPU.")
     save_checkpoints: bool = True
+    off_policy_correction: Literal["truncated_is", "none"] = Field(
+        "truncated_is",
+        description="Samples from an older policy (pipeline.max_policy_lag > 0): clip against the "
+        "current policy and weight by min(pi_current / pi_behaviour, is_cap).",
+    )
+    is_cap: float = Field(2.0, gt=0, description="Truncation of the importance weight of off-policy tokens.")
+
+
+class PipelineConfig(BaseModel):
+    max_policy_lag: int = Field(
+        0, ge=0, le=4,
+        description="0: synchronous (rollouts wait for each update). N > 0: the rollouts of the next "
+        "cycle run while the update trains, on a policy at most N updates behind.",
+    )  # fmt: skip
 
 
 class FlywheelConfig(BaseModel):
@@ -149,6 +163,7 @@ class FlywheelConfig(BaseModel):
     curriculum: CurriculumConfig = CurriculumConfig()
     reward: RewardConfig = RewardConfig()
     trainer: TrainerConfig = TrainerConfig()
+    pipeline: PipelineConfig = PipelineConfig()
 
     def with_run_id(self) -> "FlywheelConfig":
         """This config with a fresh, time-stamped run id when none was given."""

@@ -48,13 +48,20 @@ class Runtime:
                 f"sandbox backend {config.sandbox.backend!r} cannot run code here: "
                 f"{probe.error or probe.stderr.strip()[-300:]}"
             )
-        self.policies = PolicyStore(self.lake, self.run_id, self.run_dir / "policy-cache")
+        # an asynchronous run syncs a version into the engine while later ones publish:
+        # keep enough HF dirs that the one being synced is still there
+        keep = max(2, config.pipeline.max_policy_lag + 2)
+        self.policies = PolicyStore(self.lake, self.run_id, self.run_dir / "policy-cache", keep_hf=keep)
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.base_model)
         self._say = say
         self._engine = None
+        self._engine_version = 0
         self._trainer = None
+        # updates in flight (trained or training, not yet in the engine) while generating:
+        # set by the update pipeline, recorded on every trajectory
+        self.policy_lag = 0
 
     # ---- policy versions -----------------------------------------------------------------
     @property
@@ -92,9 +99,21 @@ class Runtime:
         if self._engine is None:
             from policy.engines import make_engine
 
-            self._say(f"Starting the {self.config.engine.backend} engine on {self.policy_dir} ...")
-            self._engine = make_engine(self.policy_dir, self.config.engine, self.config.seed)
+            version, policy_dir = self.policy_version, self.policy_dir
+            self._say(f"Starting the {self.config.engine.backend} engine on {policy_dir} ...")
+            self._engine = make_engine(policy_dir, self.config.engine, self.config.seed)
+            self._engine_version = version
         return self._engine
+
+    @property
+    def engine_version(self) -> int:
+        """The policy version the engine generates with: behind `policy_version` while
+        an asynchronous update has published but not yet synced."""
+        return self._engine_version if self._engine is not None else self.policy_version
+
+    def load_policy_into_engine(self, version: int) -> None:
+        self.engine.load_weights(self.policies.hf_dir(version))
+        self._engine_version = version
 
     @property
     def trainer(self):

@@ -12,6 +12,15 @@ as in DAPO) or "seq_mean" (every completion counts the same, as in the GRPO pape
 An optional KL penalty to a reference policy uses the k3 estimator
 exp(ref - new) - (ref - new) - 1, which is unbiased and never negative.
 
+Off-policy samples (an asynchronous run generates the next cycle while the update
+trains, so a sample may come from a policy one or more updates old): the decoupled
+objective of AReaL/"truncated importance sampling". The clip is taken against the
+current ("proximal") policy, and each token is weighted by the truncated importance
+ratio min(pi_prox / pi_behaviour, cap), so stale samples cannot push the policy further
+than on-policy ones and a token the old policy liked much more than the current one
+counts at most `cap` times. One optimizer step per batch makes pi_prox exactly the
+trainer's policy at the start of the step, so no extra forward pass is needed.
+
 Overlong penalty (DAPO's soft overlong punishment): 0 up to max_tokens - buffer, then
 falling linearly to -1 at max_tokens, so truncated rambling is discouraged smoothly.
 """
@@ -60,6 +69,20 @@ def overlong_penalty(length: int, max_tokens: int, buffer: int) -> float:
     return max(-1.0, (max_tokens - buffer - length) / buffer)
 
 
+def decoupled_importance(
+    new_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, off_policy: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For rows marked `off_policy` ([batch] bool): the proximal logprobs to clip against
+    (the current policy, detached) and the truncated importance weights
+    min(exp(prox - behaviour), cap). On-policy rows keep their behaviour logprobs and
+    weight 1, so a synchronous batch is unchanged."""
+    prox = new_logprobs.detach()
+    rows = off_policy.to(torch.bool).unsqueeze(-1)
+    ratio = torch.exp(prox - behaviour_logprobs).clamp(max=cap)
+    old = torch.where(rows, prox, behaviour_logprobs)
+    return old, torch.where(rows, ratio, torch.ones_like(ratio))
+
+
 def clipped_pg_loss(
     new_logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -69,14 +92,18 @@ def clipped_pg_loss(
     clip_high: float = 0.2,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """Weighted sum over tokens of the clipped surrogate loss (+ kl_coef * KL).
-    Shapes: [batch, tokens]; advantages [batch]; weights are 0 off the completion."""
+    Shapes: [batch, tokens]; advantages [batch]; weights are 0 off the completion.
+    `is_weights` (from `decoupled_importance`) scale the surrogate of each token."""
     ratio = torch.exp(new_logprobs - old_logprobs)
     adv = advantages.unsqueeze(-1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()
     weights = weights.to(per_token.dtype)
     mask = (weights > 0).to(per_token.dtype)
     stats = {}
@@ -89,6 +116,8 @@ def clipped_pg_loss(
         n = mask.sum().clamp(min=1)
         stats["clip_fraction"] = float(((unclipped != clipped).to(mask.dtype) * mask).sum() / n)
         stats["ratio_mean"] = float((ratio * mask).sum() / n)
+        if is_weights is not None:
+            stats["is_weight_mean"] = float((is_weights * mask).sum() / n)
     return (per_token * weights).sum(), stats
 
 

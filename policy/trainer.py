@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from policy.grpo import clipped_pg_loss, nll_loss, token_weights
+from policy.grpo import clipped_pg_loss, decoupled_importance, nll_loss, token_weights
 from policy.logprobs import pad_batch, token_logprobs
 
 WEIGHT_FILES = (".safetensors", ".bin", "model.safetensors.index.json")
@@ -41,6 +41,7 @@ class TrainSample:
     completion_ids: list[int]
     old_logprobs: list[float]
     advantage: float
+    policy_lag: int = 0  # updates between the policy that sampled it and the trainer's
 
 
 def model_tokens(sample: TrainSample) -> int:
@@ -71,18 +72,24 @@ def _free_port() -> int:
 
 
 def _init_distributed() -> str:
-    """Single-process defaults, so the same code runs alone or under a launcher."""
+    """Under a launcher (WORLD_SIZE set), the launcher's rendezvous. Alone, a process
+    group of one over an in-memory store: no port to pick, so nothing on the machine
+    (a Ray cluster, a vLLM server) can take it between choosing and binding."""
     cuda = torch.cuda.is_available()
     if not cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    launched = "WORLD_SIZE" in os.environ
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))  # read by some DeepSpeed paths; never bound alone
     warnings.filterwarnings("ignore", category=FutureWarning)
     import deepspeed
 
+    backend = "nccl" if cuda else "gloo"
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+        if not launched:
+            torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
+        deepspeed.init_distributed(dist_backend=backend)  # adopts a group that already exists
     return "cuda" if cuda else "cpu"
 
 
@@ -184,8 +191,12 @@ class GRPOTrainer:
                     with torch.no_grad():
                         ref_lp = token_logprobs(self.reference, ids, mask)
                 adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
+                is_w = None
+                if cfg.off_policy_correction == "truncated_is" and any(s.policy_lag for s in chunk):
+                    stale = torch.tensor([s.policy_lag > 0 for s in chunk], device=new_lp.device)
+                    old_lp, is_w = decoupled_importance(new_lp, old_lp, stale, cfg.is_cap)
                 loss, stats = clipped_pg_loss(
-                    new_lp, old_lp, adv, weights, cfg.clip_eps_low, cfg.clip_eps_high, ref_lp, cfg.kl_coef
+                    new_lp, old_lp, adv, weights, cfg.clip_eps_low, cfg.clip_eps_high, ref_lp, cfg.kl_coef, is_w
                 )
             self.engine.backward(loss, scale_wrt_gas=False)
             loss_total += loss.item() / world
@@ -202,8 +213,10 @@ class GRPOTrainer:
             "tokens": real,  # on this rank, padding excluded
             "padding_fraction": 1 - real / max(1, padded),
         }
-        for key in stats_seen[0]:
-            metrics[key] = sum(st[key] for st in stats_seen) / len(stats_seen)
+        for key in {k for st in stats_seen for k in st}:  # is_weight_mean: only chunks with stale samples
+            seen = [st[key] for st in stats_seen if key in st]
+            metrics[key] = sum(seen) / len(seen)
+        metrics["off_policy_samples"] = sum(1 for s in samples if s.policy_lag > 0)
         return metrics
 
     @torch.no_grad()

@@ -16,6 +16,8 @@ Versions:
   1  the walking skeleton.
   2  `origin_cycle` on tasks and trajectories: the cycle a replayed task first ran in;
      `cycle` on tasks: the cycle whose file holds the row (compacted files mix cycles).
+  3  `policy_lag` on trajectories: how many policy updates were in flight (trained but
+     not yet in the engine) when the trajectory was generated; 0 in synchronous runs.
 
 Nested data the schema does not need to query (environment setup, hidden tests) is kept
 as JSON text: it varies per domain and a new domain must not need a schema change.
@@ -30,7 +32,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 VERDICTS = ("pass", "fail", "no_code", "error", "timeout", "suspected_hack")
 
@@ -122,6 +124,7 @@ class Trajectory:
     verifier_version: str
     timings_json: str
     origin_cycle: int = -1  # v2
+    policy_lag: int = 0  # v3
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @staticmethod
@@ -164,6 +167,7 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("verifier_version", pa.string()),
         ("timings_json", pa.string()),
         ("origin_cycle", pa.int32()),
+        ("policy_lag", pa.int32()),
         ("created_at", pa.timestamp("us", tz="UTC")),
     ],
     metadata={"flywheel.schema_version": str(SCHEMA_VERSION), "flywheel.record": "trajectory"},

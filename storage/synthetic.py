@@ -77,7 +77,7 @@ def cycle_tables(run_id: str, cycle: int, tasks: int, k: int = 4, seed: int = 0,
         "verdict": ["pass" if r >= 1 else "fail" for r in reward], "error": [""] * n,
         "tests_passed": pa.array((reward * 8).astype(np.int32)), "tests_total": pa.array([8] * n, pa.int32()),
         "sandbox_backend": ["bwrap"] * n, "verifier_version": ["synthetic-1"] * n, "timings_json": ["{}"] * n,
-        "origin_cycle": pa.array([cycle] * n, pa.int32()),
+        "origin_cycle": pa.array([cycle] * n, pa.int32()), "policy_lag": pa.array([0] * n, pa.int32()),
         "created_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
     }, schema=TRAJECTORY_SCHEMA)  # fmt: skip
     return task_table, traj

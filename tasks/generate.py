@@ -32,7 +32,7 @@ from storage.schema import TaskSpec, Trajectory, stable_id
 def pending_trajectory(rt, cycle, label, task_spec, prompt_ids, index, sample, gen_s) -> Trajectory:
     return Trajectory(
         trajectory_id=Trajectory.make_id(f"{rt.run_id}/{label}", cycle, task_spec.task_id, index),
-        run_id=rt.run_id, cycle=cycle, policy_version=rt.policy_version,
+        run_id=rt.run_id, cycle=cycle, policy_version=rt.engine_version, policy_lag=rt.policy_lag,
         task_id=task_spec.task_id, domain=task_spec.domain, level=task_spec.level,
         split=task_spec.split, origin=task_spec.origin, replay_count=task_spec.replay_count,
         origin_cycle=task_spec.origin_cycle,
@@ -51,7 +51,7 @@ def episode_trajectory(rt, cycle, label, ep, gen_s) -> Trajectory:
     task_spec = ep.task
     return Trajectory(
         trajectory_id=Trajectory.make_id(f"{rt.run_id}/{label}", cycle, task_spec.task_id, ep.sample_index),
-        run_id=rt.run_id, cycle=cycle, policy_version=rt.policy_version,
+        run_id=rt.run_id, cycle=cycle, policy_version=rt.engine_version, policy_lag=rt.policy_lag,
         task_id=task_spec.task_id, domain=task_spec.domain, level=task_spec.level,
         split=task_spec.split, origin=task_spec.origin, replay_count=task_spec.replay_count,
         origin_cycle=task_spec.origin_cycle, group_id=stable_id(rt.run_id, label, cycle, task_spec.task_id),

@@ -1,11 +1,17 @@
 """Stage 6, update: one GRPO step on the cycle's committed train trajectories, read back
-from the lake (so an update can be re-run or resumed), then the new weights go into the
-running engine and a probe checks that engine and trainer now agree token by token.
+from the lake (so an update can be re-run or resumed); then `sync` puts the new weights
+into the running engine and a probe checks that engine and trainer agree token by token.
 
-Order matters for resume: export and sync, then the DeepSpeed checkpoint, then both are
-published to the lake with the manifest last (storage/policies.py). A crash before the
-manifest is written re-runs the update from the previous checkpoint; after it, the
-update is never repeated.
+The two are separate tasks so that an asynchronous run (pipeline.max_policy_lag > 0,
+flywheel/pipeline.py) can train in the background while the engine generates the next
+cycle, and sync only between generations. The trainer's side of the probe is computed
+inside `update`, right after its step, so `sync` never touches the trainer while a later
+update may be running.
+
+Order matters for resume: export, then the DeepSpeed checkpoint, then both are published
+to the lake with the manifest last (storage/policies.py). A crash before the manifest is
+written re-runs the update from the previous checkpoint; after it, the update is never
+repeated, and a restarted engine loads the published weights (no sync is lost).
 """
 
 from __future__ import annotations
@@ -19,54 +25,96 @@ from policy.grpo import group_advantages, zero_variance_groups
 from policy.trainer import TrainSample
 
 
-def cycle_batch(lake, run_id: str, cycle: int, drop_zero_variance: bool) -> tuple[list[TrainSample], dict]:
+def cycle_batch(
+    lake, run_id: str, cycle: int, drop_zero_variance: bool, trainer_version: int | None = None
+) -> tuple[list[TrainSample], dict]:
     """A committed cycle's trajectories as a training batch. Not filtered by split on
     purpose: a cycle holds train tasks only, and an eval row there must stop the update."""
-    return build_batch(lake.trajectories(run_id, cycles=[cycle]), drop_zero_variance)
+    return build_batch(lake.trajectories(run_id, cycles=[cycle]), drop_zero_variance, trainer_version)
 
 
-def build_batch(table, drop_zero_variance: bool) -> tuple[list[TrainSample], dict]:
-    """Trajectories -> train samples with group-normalised advantages."""
+def build_batch(table, drop_zero_variance: bool, trainer_version: int | None = None) -> tuple[list[TrainSample], dict]:
+    """Trajectories -> train samples with group-normalised advantages. A sample's policy
+    lag is the trainer's version minus the version that generated it (when the trainer's
+    version is known), else the lag recorded at generation."""
     splits = set(table.column("split").to_pylist())
     if splits - {"train"}:
         raise ValueError(f"the update read non-train trajectories (splits {sorted(splits)}): refusing")
     rows = table.select(
-        ["group_id", "reward", "prompt_token_ids", "completion_token_ids", "completion_logprobs"]
-    ).to_pylist()
+        ["group_id", "reward", "prompt_token_ids", "completion_token_ids", "completion_logprobs", "policy_version",
+         "policy_lag"]
+    ).to_pylist()  # fmt: skip
     rewards = [r["reward"] for r in rows]
     groups = [r["group_id"] for r in rows]
     adv = group_advantages(rewards, groups)
     flat = zero_variance_groups(rewards, groups)
     keep = [i for i, r in enumerate(rows) if r["completion_token_ids"] and not (drop_zero_variance and r["group_id"] in flat)]
+
+    def lag(row) -> int:
+        if trainer_version is not None:
+            return max(0, trainer_version - row["policy_version"])
+        return row["policy_lag"] or 0  # null in files older than schema v3
+
     samples = [
-        TrainSample(rows[i]["prompt_token_ids"], rows[i]["completion_token_ids"], rows[i]["completion_logprobs"], adv[i])
+        TrainSample(
+            rows[i]["prompt_token_ids"], rows[i]["completion_token_ids"], rows[i]["completion_logprobs"], adv[i],
+            lag(rows[i]),
+        )
         for i in keep
     ]
-    stats = {"groups": len(set(groups)), "zero_variance_groups": len(flat), "train_samples": len(samples)}
+    stats = {"groups": len(set(groups)), "zero_variance_groups": len(flat), "train_samples": len(samples),
+             "max_policy_lag": max((s.policy_lag for s in samples), default=0)}  # fmt: skip
     return samples, stats
 
 
 @task(name="update", cache_policy=NO_CACHE)
 def update(rt, cycle: int) -> dict:
+    """Train on `cycle`, publish the new version; returns metrics and, for `sync`, the
+    version and the trainer's logprobs on two probe sequences."""
     cfg = rt.config.trainer
-    samples, stats = cycle_batch(rt.lake, rt.run_id, cycle, cfg.drop_zero_variance_groups)
+    t_start = time.monotonic()
+    trainer = rt.trainer
+    samples, stats = cycle_batch(rt.lake, rt.run_id, cycle, cfg.drop_zero_variance_groups, rt.policy_version)
     if not samples:  # nothing to learn from; record it so a resume does not retry
         rt.record_update(cycle, rt.policy_version, None)
-        return {**stats, "skipped": "every group had equal rewards"}
+        return {**stats, "skipped": "every group had equal rewards", "update_s": time.monotonic() - t_start}
     t0 = time.monotonic()
-    metrics = rt.trainer.step(samples)
+    metrics = trainer.step(samples)
     metrics["step_s"] = time.monotonic() - t0
     version = rt.policy_version + 1
     t0 = time.monotonic()
-    export_dir = rt.trainer.export(rt.staging_dir(f"v{version}"))
+    export_dir = trainer.export(rt.staging_dir(f"v{version}"))
     metrics["export_s"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    rt.engine.load_weights(export_dir)
-    metrics["sync_s"] = time.monotonic() - t0
     probe = samples[:2]
     seqs = [s.prompt_ids + s.completion_ids for s in probe]
     lens = [len(s.prompt_ids) for s in probe]
-    diffs = [abs(a - b) for u, v in zip(rt.trainer.logprobs(seqs, lens), rt.engine.prompt_logprobs(seqs, lens)) for a, b in zip(u, v)]
+    probe = {"sequences": seqs, "prompt_lens": lens, "trainer_logprobs": trainer.logprobs(seqs, lens)}
+    checkpoint = None
+    if cfg.save_checkpoints:
+        t0 = time.monotonic()
+        checkpoint = (rt.staging_dir("checkpoint"), f"v{version}")
+        trainer.save_checkpoint(*checkpoint)
+        metrics["checkpoint_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    rt.record_update(cycle, version, export_dir, checkpoint)
+    metrics["publish_s"] = time.monotonic() - t0
+    metrics["update_s"] = time.monotonic() - t_start
+    return {**stats, **metrics, "policy_version": version, "probe": probe}
+
+
+@task(name="sync", cache_policy=NO_CACHE)
+def sync(rt, update_result: dict) -> dict:
+    """Load the version `update_result` made into the engine and check the engine now
+    scores the probe sequences as the trainer did."""
+    version = update_result.get("policy_version")
+    if version is None or version == rt.engine_version:
+        return {}
+    t0 = time.monotonic()
+    rt.load_policy_into_engine(version)
+    metrics = {"sync_s": time.monotonic() - t0}
+    probe = update_result["probe"]
+    engine_lps = rt.engine.prompt_logprobs(probe["sequences"], probe["prompt_lens"])
+    diffs = [abs(a - b) for u, v in zip(probe["trainer_logprobs"], engine_lps) for a, b in zip(u, v)]
     metrics["sync_max_logprob_diff"] = max(diffs)
     metrics["sync_mean_logprob_diff"] = sum(diffs) / len(diffs)
     # fp32 on both sides agrees to ~1e-5; bf16 kernels differ by rounding, not by policy
@@ -76,13 +124,4 @@ def update(rt, cycle: int) -> dict:
             f"weight sync failed: engine and trainer logprobs differ by {metrics['sync_mean_logprob_diff']:.3g} "
             f"on average (max {max(diffs):.3g}); tolerance {tolerance}"
         )
-    checkpoint = None
-    if cfg.save_checkpoints:
-        t0 = time.monotonic()
-        checkpoint = (rt.staging_dir("checkpoint"), f"v{version}")
-        rt.trainer.save_checkpoint(*checkpoint)
-        metrics["checkpoint_s"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    rt.record_update(cycle, version, export_dir, checkpoint)
-    metrics["publish_s"] = time.monotonic() - t0
-    return {**stats, **metrics, "policy_version": version}
+    return metrics

@@ -50,7 +50,8 @@ def test_two_cycles_committed_to_s3(run):
     assert row["prompt_token_ids"] and row["completion_token_ids"]
     assert len(row["completion_logprobs"]) == len(row["completion_token_ids"])
     assert row["verdict"] in {"fail", "no_code", "timeout", "error"} and row["sandbox_backend"] == "bwrap"
-    assert set(summaries[0].stage_s) == {"sample", "generate", "score", "archive", "update", "replay"}
+    stages = {"sample", "wait_update", "generate", "score", "archive", "update", "replay", "cycle"}
+    assert set(summaries[0].stage_s) == stages
     cells = {(r["domain"], r["level"]) for r in summaries[0].by_domain_level}
     assert cells == {(d, 1) for d in DOMAINS}  # the curriculum starts at level 1 everywhere
     assert (cfg.run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -135,7 +136,8 @@ def test_update_refuses_eval_trajectories():
 
     table = pa.table({"split": ["train", "eval"], "group_id": ["a", "a"], "reward": [0.0, 1.0],
                       "prompt_token_ids": [[1], [1]], "completion_token_ids": [[2], [2]],
-                      "completion_logprobs": [[-1.0], [-1.0]]})  # fmt: skip
+                      "completion_logprobs": [[-1.0], [-1.0]], "policy_version": [0, 0],
+                      "policy_lag": [0, 0]})  # fmt: skip
     with pytest.raises(ValueError, match="non-train"):
         build_batch(table, drop_zero_variance=True)
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from policy.grpo import clipped_pg_loss, group_advantages, overlong_penalty, token_weights, zero_variance_groups
+from policy.grpo import clipped_pg_loss, decoupled_importance, group_advantages, overlong_penalty, token_weights, zero_variance_groups
 
 
 def test_group_advantages_by_hand():
@@ -79,3 +79,25 @@ def test_overlong_penalty_by_hand():
     assert overlong_penalty(224, max_tokens=256, buffer=64) == pytest.approx(-0.5)
     assert overlong_penalty(256, max_tokens=256, buffer=64) == -1.0
     assert overlong_penalty(256, max_tokens=256, buffer=0) == 0.0
+
+
+def test_decoupled_importance_by_hand():
+    # row 0 on-policy: unchanged. row 1 stale: behaviour logprobs -1, -3; current -1.5, -1
+    # -> weights e^-0.5 = 0.6065 and e^2 = 7.39 capped at 2; clipped against the current
+    new = torch.tensor([[-0.7, -0.2], [-1.5, -1.0]], requires_grad=True)
+    behaviour = torch.tensor([[-0.5, -0.4], [-1.0, -3.0]])
+    old, w = decoupled_importance(new, behaviour, torch.tensor([False, True]), cap=2.0)
+    assert old.flatten().tolist() == pytest.approx([-0.5, -0.4, -1.5, -1.0])
+    assert w.flatten().tolist() == pytest.approx([1.0, 1.0, math.exp(-0.5), 2.0])
+    assert not old.requires_grad and not w.requires_grad
+
+
+def test_off_policy_gradient_is_the_truncated_is_policy_gradient():
+    # stale row, ratio to the proximal policy is 1: d loss / d logp = -w * A per token
+    new = torch.tensor([[-1.5, -1.0]], requires_grad=True)
+    old, w = decoupled_importance(new, torch.tensor([[-1.0, -3.0]]), torch.tensor([True]), cap=2.0)
+    loss, stats = clipped_pg_loss(new, old, torch.tensor([2.0]), torch.ones(1, 2), is_weights=w)
+    loss.backward()
+    assert new.grad.flatten().tolist() == pytest.approx([-2.0 * math.exp(-0.5), -2.0 * 2.0])
+    assert stats["is_weight_mean"] == pytest.approx((math.exp(-0.5) + 2.0) / 2)
+    assert stats["clip_fraction"] == 0.0

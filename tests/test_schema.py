@@ -11,7 +11,7 @@ from storage.query import connect, select_replay
 from storage.schema import SCHEMA_VERSION, TASK_SCHEMA, TRAJECTORY_SCHEMA
 from storage.synthetic import cycle_tables
 
-V1_DROPPED = {"tasks": ["origin_cycle", "cycle"], "trajectories": ["origin_cycle"]}
+V1_DROPPED = {"tasks": ["origin_cycle", "cycle"], "trajectories": ["origin_cycle", "policy_lag"]}
 
 
 def as_v1(table: pa.Table, kind: str) -> pa.Table:
@@ -32,7 +32,7 @@ def write_v1_cycle(lake: Lake, run: str, cycle: int, tasks: pa.Table, trajs: pa.
 
 
 def test_v1_files_read_next_to_current_ones(tmp_path):
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     lake = Lake(str(tmp_path / "lake"))
     old_tasks, old_trajs = cycle_tables("r", 0, 20, k=2, task_pool=40)
     write_v1_cycle(lake, "r", 0, old_tasks, old_trajs)
@@ -41,8 +41,9 @@ def test_v1_files_read_next_to_current_ones(tmp_path):
     table = lake.trajectories("r")
     assert table.schema.names == TRAJECTORY_SCHEMA.names and table.num_rows == 80
     by_cycle = connect(lake, "r").execute(
-        "SELECT cycle, count(*), count(origin_cycle) FROM trajectories GROUP BY cycle ORDER BY cycle").fetchall()
-    assert by_cycle == [(0, 40, 0), (1, 40, 40)]  # v1 rows: origin_cycle reads as null
+        "SELECT cycle, count(*), count(origin_cycle), count(policy_lag) FROM trajectories GROUP BY cycle ORDER BY cycle"
+    ).fetchall()
+    assert by_cycle == [(0, 40, 0, 0), (1, 40, 40, 40)]  # v1 rows: later columns read as null
     specs = lake.tasks("r", cycles=[0])
     assert len(specs) == 20 and all(s.origin_cycle == -1 for s in specs)  # the field's default
     assert lake.dataset("tasks", "r").schema.names == TASK_SCHEMA.names

@@ -87,3 +87,24 @@ def test_micro_batches_cut_where_padding_is_least():
     samples = [TrainSample([1] * n, [], [], 0.0) for n in lengths]
     chunks = micro_batches(samples, max_tokens=1000, overhead_tokens=5)
     assert [[len(s.prompt_ids) for s in c] for c in chunks] == [[10, 10, 10], [100, 100]]
+
+
+def test_stale_samples_are_weighted_by_the_truncated_importance_ratio(tiny_model):
+    """One sample whose behaviour logprobs are 3 nats below the current policy's, A = 1,
+    token-mean loss. On-policy it would be clipped at 1 + 0.28; one update old it is
+    clipped against the current policy (ratio 1) and weighted by min(e^3, cap = 2)."""
+    prompt, completion = [1, 100, 200], [300, 301, 302]
+    trainer = GRPOTrainer(tiny_model, TrainerConfig(learning_rate=0.0, clip_eps_high=0.28))
+    current = trainer.logprobs([prompt + completion], [len(prompt)])[0]
+    behaviour = [lp - 3.0 for lp in current]
+
+    def loss(lag, correction="truncated_is", old=behaviour):
+        trainer.cfg.off_policy_correction = correction
+        return trainer.step([TrainSample(prompt, completion, old, 1.0, policy_lag=lag)])
+
+    assert loss(0, old=current)["loss"] == pytest.approx(-1.0, abs=1e-4)  # ratio 1
+    assert loss(0)["loss"] == pytest.approx(-1.28, abs=1e-4)  # an uncorrected stale sample: clip-higher
+    stale = loss(1)
+    assert stale["loss"] == pytest.approx(-2.0, abs=1e-4) and stale["is_weight_mean"] == pytest.approx(2.0)
+    assert stale["off_policy_samples"] == 1
+    assert loss(1, correction="none")["loss"] == pytest.approx(-1.28, abs=1e-4)  # correction off
