@@ -21,12 +21,13 @@ and quote the server.
 Weight push needs the server's dev endpoints (`VLLM_SERVER_DEV_MODE=1`: `/collective_rpc`,
 `/reset_prefix_cache`) and `--worker-extension-cls policy.engines.vllm_sync.WeightSyncExtension`
 with this repo importable; the engine checks both at start. Two transports:
-- path: the workers re-read the safetensors dir (0.02-0.2 s): needs a shared filesystem.
+- path: the workers re-read the safetensors dir: needs a shared filesystem.
 - upload: the safetensors bytes ride `/collective_rpc`, which passes only strings, as
   base64 in 16 MiB chunks (one HTTP request each), held in worker memory and loaded in
   one go. Costs 4/3 of the bytes on the wire and ~2x the checkpoint in worker RAM while
-  loading: fine up to a few hundred MB (SmolLM2-135M fp32 is 540 MB), not a transport
-  for multi-GB models; give those a shared path.
+  loading, and it is slow: SmolLM2-135M fp32 (540 MB) took 40-57 s against 5.6 s by
+  path, on 2 busy cores (load ~15); 64 MiB chunks were no faster. Fine for small models
+  and the occasional push; not a transport for multi-GB models: give those a shared path.
 `auto` (the default) asks each server's workers for the size and mtime_ns of every file
 at the path and uses the path only where all match what this process sees; a copy of
 the files elsewhere would have to match to the nanosecond, so a stale copy is not read.
