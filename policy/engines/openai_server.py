@@ -36,8 +36,9 @@ lake's credentials, and the upload path needs nothing the server lacks.
 
 On start the engine pushes `model_dir`, so a server started on the base model (or left
 from another run) serves the policy the run resumes from. Not handled: pushing while
-requests are in flight (the flywheel never does; they would mix weights), servers that
-disagree on the model (each is checked only for its context length), LoRA.
+requests are in flight (the flywheel never does; they would mix weights), two engines
+uploading to one server at once (a worker holds one upload; the first commit fails),
+servers that disagree on the model (each is checked only for its context length), LoRA.
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ class OpenAIServerEngine(Engine):
             self._reset_prefix_cache(url)
             self.transfers[url] = mode
 
-        list(self.pool.map(push, self.urls))
+        # once per server even when listed twice: two uploads to one worker would collide
+        list(self.pool.map(push, dict.fromkeys(self.urls)))
 
     def close(self) -> None:
         """Closes the connections; the servers are not this engine's to stop."""
