@@ -224,5 +224,46 @@ def sandbox_build_image(
     typer.echo(f"built {image or config.sandbox.docker_image} ({image_id})")
 
 
+engine_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollout engines.")
+app.add_typer(engine_app, name="engine")
+
+
+@engine_app.command("serve")
+def engine_serve(
+    model: str = typer.Option(..., help="The HF model dir to serve (the run's base model)."),
+    port: int = typer.Option(8000),
+    host: str = typer.Option("127.0.0.1", help="Bind address; its dev endpoints take weights: keep it private."),
+    max_model_len: int = typer.Option(1024),
+    dtype: str = typer.Option("float32"),
+):
+    """Run a vLLM server for `engine.backend=openai` until Ctrl-C (weight pushes enabled)."""
+    import signal
+    import time
+
+    from policy.engines.vllm_server import VLLMServer
+
+    server = VLLMServer(model, port, host, max_model_len=max_model_len, dtype=dtype)
+    typer.echo(f"starting vLLM on {server.url} (log {server.log_path}) ...")
+
+    def stop_on_sigterm(*_):  # a service manager's stop: leave no server behind
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    try:
+        server.start()
+        typer.echo(f"serving: flywheel run --set engine.backend=openai --set engine.base_urls={server.url}")
+        while server.proc.poll() is None:
+            time.sleep(1)
+        typer.secho(f"the server exited; see {server.log_path}", fg="red", err=True)
+        raise typer.Exit(1)
+    except RuntimeError as exc:
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
 if __name__ == "__main__":
     app()

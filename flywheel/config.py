@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 
 class ModelConfig(BaseModel):
@@ -28,13 +28,37 @@ class ModelConfig(BaseModel):
 
 
 class EngineConfig(BaseModel):
-    backend: Literal["vllm", "hf"] = "vllm"
+    backend: Literal["vllm", "hf", "openai"] = Field(
+        "vllm", description="vllm (in-process), hf (transformers fallback), or openai (remote vLLM servers)."
+    )
     max_model_len: int = 1024
     dtype: Literal["float32", "bfloat16"] = "float32"
     kv_cache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE on CPU.")
     gpu_memory_utilization: float = Field(
         0.45, gt=0, le=1, description="vLLM's share of a GPU it shares with the trainer."
     )
+    # The openai backend's own keys (policy/engines/openai_server.py). Its API key comes
+    # from OPENAI_API_KEY only, never from a config file.
+    base_urls: list[str] = Field(
+        [], description="openai backend: vLLM servers (http://host:port), prompts spread over them."
+    )
+    request_timeout_s: float = Field(600.0, gt=0, description="openai backend: one request's limit.")
+    max_retries: int = Field(3, ge=0, description="openai backend: retries of a transient failure.")
+    max_concurrency: int = Field(64, ge=1, description="openai backend: requests in flight, all servers.")
+    weight_transfer: Literal["auto", "path", "upload"] = Field(
+        "auto", description="openai backend: weights by path (shared filesystem), upload, or auto."
+    )
+
+    @field_validator("base_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value):  # `--set engine.base_urls=http://a:8000,http://b:8000`
+        return [u.strip() for u in value.split(",") if u.strip()] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _urls_for_openai(self):
+        if self.backend == "openai" and not self.base_urls:
+            raise ValueError("engine.backend 'openai' needs engine.base_urls (the vLLM servers)")
+        return self
 
 
 class SamplingConfig(BaseModel):

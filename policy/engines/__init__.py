@@ -10,6 +10,7 @@ from policy.engines.base import Engine, Sample, SamplingSpec
 BACKENDS = {
     "vllm": "policy.engines.vllm_engine:VLLMEngine",
     "hf": "policy.engines.hf_engine:HFEngine",
+    "openai": "policy.engines.openai_server:OpenAIServerEngine",
 }
 
 
