@@ -131,14 +131,15 @@ class DockerTransport(Transport):
             self.on_gone(self.host)
         return True
 
-    def kill(self) -> None:
+    def kill(self, remove: bool = True) -> None:
+        """Cut, close, and (`remove`) have the engine kill and remove the container."""
         first = self.cut()
         for s in (self.sock, self.raw):  # the SDK's wrapper and the socket under it
             try:
                 s.close()
             except OSError:
                 pass
-        if not first:
+        if not (first and remove):
             return
         try:
             self.container.remove(force=True)  # kills it first; the container, not a client
@@ -184,8 +185,8 @@ class DockerSandbox(PoolSandbox):
         for worker in busy:
             worker.dead = True
             worker.transport.cut()
-        for worker in idle:  # no thread holds these: close them here
-            worker.transport.kill()
+        for worker in idle:  # no thread holds these: close them here, without asking the engine
+            worker.transport.kill(remove=False)
 
     def _remove_leftovers(self, host: Host) -> None:
         for c in host.client.containers.list(all=True, filters={"label": f"{LABEL}={self.tag}"}):

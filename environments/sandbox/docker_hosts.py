@@ -13,7 +13,10 @@ What it does:
   cannot be started there;
 - a failed ping marks the host down (`downs` counts it, `events` records it) and calls
   the backend's `on_down`, which cuts every worker there: the backend re-runs the jobs
-  that were in flight on it on another host;
+  that were in flight on it on another host. An engine that is not there (refused, no
+  socket) is down at the first failure; one that only answers too slowly (a hung or
+  starved dockerd) after SLOW_TO_DOWN time-outs in a row, so that a loaded machine does
+  not throw away the work in flight on a healthy engine;
 - a host that answers again is admitted only after the backend's `admit` check (the
   image is there; its leftover containers from before the loss are removed), then it
   is up and takes new workers;
@@ -36,6 +39,7 @@ from typing import Callable
 
 HEALTH_INTERVAL_S = 1.0
 HEALTH_TIMEOUT_S = 2.0
+SLOW_TO_DOWN = 3  # pings in a row that time out before an engine that is there counts as lost
 API_TIMEOUT_S = 60
 
 
@@ -60,21 +64,29 @@ def connect(url: str = "", timeout: float = API_TIMEOUT_S):
 
 
 def ping(url: str = "", timeout: float = HEALTH_TIMEOUT_S) -> str | None:
-    """None when the engine at url answers its health check within timeout, else why not.
+    """None when the engine at url answers its health check within timeout, else why not."""
+    return probe(url, timeout)[0]
 
-    Each ping opens a new connection, for the reason given in `connect`. The client's API version is pinned (the minimum), so making it contacts nobody, and
-    /_ping is asked unversioned, which any engine version answers."""
+
+def probe(url: str = "", timeout: float = HEALTH_TIMEOUT_S) -> tuple[str | None, bool]:
+    """`ping`, and whether a failure was only slowness (a time-out) rather than an engine
+    that is not there (refused, no socket): a loaded machine can be slow to answer.
+
+    Each ping opens a new connection, for the reason given in `connect`. The client's
+    API version is pinned (the minimum), so making it contacts nobody, and /_ping is
+    asked unversioned, which any engine version answers."""
     import docker
+    import requests
 
     client = None
     try:
         client = docker.from_env(timeout=timeout, environment=_environment(url), version="1.24")
         reply = client.api.get(client.api.base_url + "/_ping", timeout=timeout)
         if reply.status_code != 200:
-            return f"ping answered {reply.status_code}: {reply.text[:200]}"
-        return None
+            return f"ping answered {reply.status_code}: {reply.text[:200]}", False
+        return None, False
     except Exception as exc:  # noqa: BLE001 (any failure means: not usable now)
-        return f"ping failed: {type(exc).__name__}: {exc}"
+        return f"ping failed: {type(exc).__name__}: {exc}", isinstance(exc, (requests.exceptions.Timeout, TimeoutError))
     finally:
         if client is not None:
             client.close()
@@ -89,6 +101,7 @@ class Host:
         self.reason = "not checked yet"
         self.live = 0  # workers started here and not yet gone
         self.downs = 0  # times this host was marked down
+        self.slow = 0  # pings in a row that timed out
         self.check_lock = threading.Lock()  # one health check of a host at a time
 
     def __repr__(self) -> str:
@@ -120,9 +133,14 @@ class HostSet:
 
     # ---- health ---------------------------------------------------------------------
     def check(self, host: Host) -> bool:
-        """Ping host now; mark it down, or admit it again. True when it is up."""
+        """Ping host now; mark it down, or admit it again. True when it is up. An engine
+        that is not there is down at once; one that is slow only after SLOW_TO_DOWN
+        time-outs in a row (cutting its workers would throw away their work for nothing)."""
         with host.check_lock:
-            why = ping(host.url, self.timeout_s)
+            why, slow = probe(host.url, self.timeout_s)
+            host.slow = host.slow + 1 if slow else 0
+            if slow and host.healthy and host.slow < SLOW_TO_DOWN:
+                return True
             if why is None and not host.healthy:
                 try:
                     if host.client is not None:
