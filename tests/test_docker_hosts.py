@@ -2,6 +2,9 @@
 spreads over both, one engine is stopped in the middle of a stream of verifications and
 started again, and every job gets exactly one result.
 
+A paused engine (hung: its socket there, nothing answering) is dropped only after
+repeated time-outs and taken back when it answers again.
+
 The module starts its own two private dockerd instances (scripts/dockerd.sh with a
 directory each: own data-root, exec-root, containerd, socket, pidfile, no bridge) and
 stops them at the end, checking that no engine process, container or mount is left.
@@ -27,7 +30,7 @@ import pytest
 
 from environments.sandbox import Job, Limits, make_sandbox
 from environments.sandbox.docker_backend import DEFAULT_IMAGE, LABEL, DockerSandbox, docker_unavailable
-from environments.sandbox.docker_hosts import connect
+from environments.sandbox.docker_hosts import HEALTH_TIMEOUT_S, SLOW_TO_DOWN, connect
 from flywheel.config import SandboxConfig
 from tests.sandbox_fixtures import host_processes_with, serves
 
@@ -37,6 +40,14 @@ LIMITS = Limits(wall_s=5, memory_mb=256, max_procs=32, file_size_mb=4, output_by
 # Each job reports its own index and the container it ran in (a container's hostname is
 # the first 12 characters of its id); the sleep keeps jobs in flight when a host goes.
 WHERE = "import socket, time; i = input(); time.sleep(0.5); print(i, socket.gethostname())"
+
+
+def ran_on(box, res) -> str | None:
+    """The host a job ran on: it printed its container's hostname, the id's first 12 characters."""
+    parts = res.stdout.split()
+    if res.error or len(parts) != 2:
+        return None
+    return next((host for cid, host in box.placement.items() if cid.startswith(parts[1])), None)
 
 
 def need_engines(why: str):
@@ -151,10 +162,6 @@ def test_failover_when_a_host_goes_away_and_rejoin_when_it_comes_back(engines):
             res = box.run(Job(["python", "-c", WHERE], stdin=str(i)))
             runs.append((i, t0, time.monotonic(), res))
 
-    def host_of(res) -> str | None:
-        parts = res.stdout.split()
-        return next((h for cid, h in box.placement.items() if len(parts) == 2 and cid.startswith(parts[1])), None)
-
     def wait_for(cond, timeout: float, what: str):
         deadline = time.monotonic() + timeout
         while not cond():
@@ -173,7 +180,7 @@ def test_failover_when_a_host_goes_away_and_rejoin_when_it_comes_back(engines):
         a.start()
         wait_for(lambda: box.hosts.hosts[0].healthy, 30, "the host to be admitted again")
         t_up = max(t for t, name, kind, _ in box.hosts.events if name == a.url and kind == "up")
-        wait_for(lambda: sum(r[1] > t_up and host_of(r[3]) == a.url for r in runs) >= 8, 120, "8 jobs on it again")
+        wait_for(lambda: sum(r[1] > t_up and ran_on(box, r[3]) == a.url for r in runs) >= 8, 120, "8 jobs on it again")
     finally:
         stop.set()
         for t in threads:
@@ -185,7 +192,7 @@ def test_failover_when_a_host_goes_away_and_rejoin_when_it_comes_back(engines):
     assert sorted(r[0] for r in runs) == sorted(issued) == list(range(len(issued)))
     lost = [r for r in runs if r[3].error or r[3].stdout.split()[:1] != [str(r[0])]]
     assert lost == [], f"jobs without their result: {[(r[0], r[3].error) for r in lost[:5]]}"
-    where = {r[0]: host_of(r[3]) for r in runs}
+    where = {r[0]: ran_on(box, r[3]) for r in runs}
     assert None not in where.values()
     t_down = next(t for t, name, kind, _ in box.hosts.events if name == a.url and kind == "down" and t > t_loss)
     assert {where[r[0]] for r in runs if r[2] < t_loss} == {a.url, b.url}  # both served before
@@ -209,3 +216,36 @@ def test_failover_when_a_host_goes_away_and_rejoin_when_it_comes_back(engines):
             assert client.containers.list(all=True, filters={"label": LABEL}) == []
         finally:
             client.close()
+
+
+def test_a_hung_engine_is_dropped_only_after_repeated_time_outs(engines):
+    a, b = engines
+    box = DockerSandbox(LIMITS, 2, hosts=[a.url, b.url])
+    pid = int((b.dir / "docker.pid").read_text())
+
+    def event(kind: str, after: float) -> float | None:
+        return next((t for t, name, k, _ in box.hosts.events if name == b.url and k == kind and t > after), None)
+
+    try:
+        box.warm()
+        t_pause = time.monotonic()
+        subprocess.run([*SUDO, "kill", "-STOP", str(pid)], check=True)  # hung: the socket is there
+        try:
+            while event("down", t_pause) is None:
+                assert time.monotonic() - t_pause < 60, "a hung engine was never dropped"
+                time.sleep(0.1)
+            t_down = event("down", t_pause)
+            during = [box.run(Job(["python", "-c", WHERE], stdin=str(i))) for i in range(4)]
+        finally:
+            subprocess.run([*SUDO, "kill", "-CONT", str(pid)], check=True)
+        # not at the first time-out (that is within one interval + one timeout, ~3 s): after
+        # at least two whole checks that timed out, ~8 s
+        assert t_down - t_pause >= 2 * (box.hosts.interval_s + box.hosts.timeout_s)
+        assert {ran_on(box, r) for r in during} == {a.url}  # served meanwhile, by the other
+        deadline = time.monotonic() + 60  # used at its concurrency, the pool needs a second worker: on b
+        while b.url not in {ran_on(box, r) for r in box.map([Job(["python", "-c", WHERE], stdin="0")] * 2)}:
+            assert time.monotonic() < deadline, "the engine was not used again after it answered"
+        print(f"\nhung engine: dropped {t_down - t_pause:.1f} s after it stopped answering "
+              f"({SLOW_TO_DOWN} time-outs of {HEALTH_TIMEOUT_S:.0f} s), used again after SIGCONT")
+    finally:
+        box.close()
