@@ -48,11 +48,14 @@ from pathlib import Path
 class Measured:
     """On the 2-core x86_64 VM (bench/README.md, 2026-11-30), SmolLM2-135M."""
 
-    sandbox_verif_s_per_core: float = 438.0  # bench/sandbox.py: bwrap pool 876/s at c=4 on 2 cores (docker: 364/core)
-    score_host_s_per_traj: float = 0.00041  # the code domain's verification_job + score on the host: 0.07 + 0.34 ms
-    #   (timed over bench/sandbox.py's jobs and their real results, one process)
-    score_chunk_s: float = 0.031  # cycles.jsonl: the rest of the score stage (Prefect progress update, map) per
-    #   chunk of 2 x sandbox concurrency jobs (tasks/score.py); 4 workers here, all cores at scale
+    # bench/sandbox.py: the bwrap pool did 876/s at c=4 on 2 cores (docker: 729/s)
+    sandbox_verif_s_per_core: float = 438.0
+    # the code domain's verification_job + score on the host, 0.07 + 0.34 ms (timed over
+    # bench/sandbox.py's jobs and their real results, one process)
+    score_host_s_per_traj: float = 0.00041
+    # cycles.jsonl: the rest of the score stage (Prefect progress update, map) per chunk of
+    # 2 x sandbox concurrency jobs (tasks/score.py); 4 workers here, all sandbox cores at scale
+    score_chunk_s: float = 0.031
     lake_rows_s: float = 42_324  # bench/lake.py: SeaweedFS S3, one writer (local dir: 141,178)
     zero3_overhead: float = 1.23  # bench/update.py: ZeRO-3 s/step over plain torch, same model and batch
     completion_tokens: float = 139.4  # runs/recipe1 cycles.jsonl: completion tokens per trained sample
@@ -74,16 +77,19 @@ class Measured:
 class Assumed:
     """GPU side: not measured here (no GPU machine was lent); each value's source is given."""
 
-    params_b: float = 7.0  # a 7B policy: the size post-trained on 8-512 GPUs (flywheel's default is 135M)
-    decode_tok_s: float = 5000.0  # generated tok/s per H100 for 7-8B bf16 at a full batch; public vLLM
-    #   benchmarks give 3,000-12,500 (Llama 3.1 8B ~12.5k on 1xH100, R1-distill 7B ~3.4k on 1xA100)
-    tail_tok_s: float = 150.0  # one sequence decoding alone: ~75 tok/s for 8B on an A100 (memory-bound), H100 ~2x
-    prefill_mfu: float = 0.5  # prefill is compute-bound; prompts shared by a group are prefilled once (prefix cache)
+    params_b: float = 7.0  # a 7B policy, the size post-trained on 8-512 GPUs (flywheel's default: 135M)
+    # generated tok/s per H100 for 7-8B bf16 at a full batch; public vLLM benchmarks give
+    # 3,000-12,500 (Llama 3.1 8B ~12.5k on 1xH100, R1-distill 7B ~3.4k on 1xA100)
+    decode_tok_s: float = 5000.0
+    tail_tok_s: float = 150.0  # one sequence alone: ~75 tok/s for 8B on an A100 (memory-bound), H100 ~2x
+    prefill_mfu: float = 0.5  # prefill is compute-bound; a group's shared prompt is prefilled once
     peak_tflops: float = 989.0  # H100 SXM dense bf16 (NVIDIA datasheet)
-    plain_mfu: float = 0.45  # plain-torch training MFU for a 7B dense model; divided by the measured ZeRO-3 overhead
-    zero3_eff_per_doubling: float = 0.95  # ZeRO-3 scaling efficiency lost per doubling of trainer GPUs beyond a node
+    # plain-torch training MFU for a dense 7B: a typical 40-50% on H100, not measured here;
+    # divided by the ZeRO-3 overhead measured here (Measured.zero3_overhead)
+    plain_mfu: float = 0.45
+    zero3_eff_per_doubling: float = 0.95  # efficiency kept per doubling of trainer GPUs beyond a node
     gpus_per_node: int = 8
-    sandbox_cores_per_gpu: float = 10.0  # DGX H100: 112 cores / 8 GPUs = 14, minus ~4 for the engines and the trainer
+    sandbox_cores_per_gpu: float = 10.0  # DGX H100: 112 cores / 8 GPUs = 14, less ~4 for engines, trainer
     k: int = 4  # samples per prompt (sampling.k): prompts prefilled once per group
     traj_per_gpu: int = 128  # batch per cycle grows with the cluster (weak scaling)
     max_tokens: int = 256  # sampling.max_tokens: the longest sequence sets the rollout's tail
@@ -100,7 +106,7 @@ class Assumed:
 class Rates:
     """What the cycle model consumes, per unit (a GPU, or this whole VM for the check)."""
 
-    decode_tok_s: float  # generated tokens/s per rollout unit at a full batch (below it: tail_tok_s x sequences)
+    decode_tok_s: float  # generated tok/s per rollout unit at a full batch (below: tail_tok_s x sequences)
     tail_tok_s: float  # one sequence alone
     prefill_tok_s: float
     train_tok_s: float  # trainer tokens/s per unit, before the scaling loss
@@ -134,7 +140,8 @@ def stages(r: Rates, m: Measured, a: Assumed, batch: int, n_roll: int, n_train: 
     gen_tokens = batch * m.completion_tokens
     prefill = batch / a.k * m.prompt_tokens / (n_roll * r.prefill_tok_s)
     per_gpu_rate = min(r.decode_tok_s, r.tail_tok_s * batch / n_roll)  # memory-bound below a full batch
-    decode = max(gen_tokens / (n_roll * per_gpu_rate), a.max_tokens / r.tail_tok_s)  # the longest sequence last
+    # the longest sequence finishes last, nearly alone
+    decode = max(gen_tokens / (n_roll * per_gpu_rate), a.max_tokens / r.tail_tok_s)
     train_tokens = batch * m.train_fraction * (m.prompt_tokens + m.completion_tokens)
     units = n_roll if colocated else n_roll + n_train  # every node's CPUs verify
     chunks = math.ceil(batch / (2 * units * r.sandbox_workers))
@@ -175,8 +182,10 @@ def scaled_out(a: Assumed, gpus: int) -> Assumed:
     """The CPU side scaled with the cluster: a scoring process and a lake writer per node,
     a checkpoint every 10 cycles (none of which flywheel does today)."""
     nodes = math.ceil(gpus / a.gpus_per_node)
-    return dataclasses.replace(a, driver_procs=max(a.driver_procs, nodes), lake_writers=max(a.lake_writers, nodes),
-                               checkpoint_every=max(a.checkpoint_every, 10))  # fmt: skip
+    return dataclasses.replace(
+        a, driver_procs=max(a.driver_procs, nodes), lake_writers=max(a.lake_writers, nodes),
+        checkpoint_every=max(a.checkpoint_every, 10),
+    )  # fmt: skip
 
 
 def project(gpus: int, mode: str, m: Measured, a: Assumed) -> dict:
@@ -201,9 +210,11 @@ def project(gpus: int, mode: str, m: Measured, a: Assumed) -> dict:
 def check_this_machine(m: Measured, a: Assumed) -> tuple[float, dict[str, float]]:
     """The same cycle model fed this VM's measured rates (one unit, sync), to compare
     with the cycle time measured in a real run."""
-    r = Rates(decode_tok_s=m.cpu_decode_tok_s, tail_tok_s=math.inf, prefill_tok_s=math.inf,
-              train_tok_s=m.cpu_train_tok_s, sandbox_s=2 * m.sandbox_verif_s_per_core,
-              sandbox_workers=m.cpu_concurrency, checkpoint_s=m.cpu_checkpoint_s, sync_s=m.cpu_sync_s)  # fmt: skip
+    r = Rates(
+        decode_tok_s=m.cpu_decode_tok_s, tail_tok_s=math.inf, prefill_tok_s=math.inf,
+        train_tok_s=m.cpu_train_tok_s, sandbox_s=2 * m.sandbox_verif_s_per_core,
+        sandbox_workers=m.cpu_concurrency, checkpoint_s=m.cpu_checkpoint_s, sync_s=m.cpu_sync_s,
+    )  # fmt: skip
     local = dataclasses.replace(a, lake_writers=1, driver_procs=1)
     st = stages(r, m, local, m.cpu_batch, 1, 1, colocated=True, gpu=False)
     return cycle_time(st, "sync")[0], st
@@ -211,14 +222,14 @@ def check_this_machine(m: Measured, a: Assumed) -> tuple[float, dict[str, float]
 
 def read_runs(runs: Path, m: Measured) -> tuple[Measured, str]:
     """The workload shape and the CPU-side stage costs from real cycles, when present."""
-    rows = [json.loads(line) for f in sorted(runs.glob("*/cycles.jsonl")) for line in f.read_text().splitlines()
-            if line.strip()]  # fmt: skip
+    lines = [line for f in sorted(runs.glob("*/cycles.jsonl")) for line in f.read_text().splitlines()]
+    rows = [json.loads(line) for line in lines if line.strip()]
     rows = [r for r in rows if r.get("update", {}).get("train_samples") and r.get("stage_s")]
     if not rows:
         return m, f"no cycles under {runs}/: the shape and stage costs are bench/README.md's"
     med = lambda xs: statistics.median(xs)  # noqa: E731
     u = [r["update"] for r in rows]
-    def chunk_s(r: dict) -> float:  # the score stage less its sandbox and per-trajectory host shares, per chunk
+    def chunk_s(r: dict) -> float:  # the score stage less its sandbox and per-trajectory shares, per chunk
         n = r["trajectories"]
         rest = r["stage_s"]["score"] - n / (2 * m.sandbox_verif_s_per_core) - n * m.score_host_s_per_traj
         return rest / math.ceil(n / (2 * m.cpu_concurrency))
@@ -227,7 +238,7 @@ def read_runs(runs: Path, m: Measured) -> tuple[Measured, str]:
         m,
         completion_tokens=med([x["completion_tokens"] / x["train_samples"] for x in u]),
         prompt_tokens=med([(x["tokens"] - x["completion_tokens"]) / x["train_samples"] for x in u]),
-        train_fraction=med([x["train_samples"] / r["trajectories"] for x, r in zip(u, rows)]),
+        train_fraction=med([x["train_samples"] / r["trajectories"] for x, r in zip(u, rows, strict=True)]),
         score_chunk_s=max(0.0, med([chunk_s(r) for r in rows])),
         cpu_checkpoint_s=med([x.get("checkpoint_s", 0.0) for x in u]),
         cpu_sync_s=med([x.get("sync_s", 0.0) for x in u]),
@@ -258,19 +269,21 @@ def main() -> None:
     m, source = read_runs(Path(args.runs), Measured())
     m, a = from_flags(args, Measured, m), from_flags(args, Assumed, Assumed())
     r = gpu_rates(m, a)
-    print(f"inputs: {source}; per trajectory {m.prompt_tokens:.0f} prompt + {m.completion_tokens:.0f} completion "
-          f"tokens, {m.train_fraction:.0%} trained; host-side scoring {m.score_host_s_per_traj * 1e3:.1f} ms")
-    print(f"per GPU ({a.params_b:g}B): decode {r.decode_tok_s:,.0f} tok/s, prefill {r.prefill_tok_s:,.0f} tok/s, "
+    print(f"inputs: {source}; per trajectory {m.prompt_tokens:.0f} prompt + "
+          f"{m.completion_tokens:.0f} completion tokens, {m.train_fraction:.0%} trained; "
+          f"host-side scoring {m.score_host_s_per_traj * 1e3:.1f} ms")
+    print(f"per GPU ({a.params_b:g}B): decode {r.decode_tok_s:,.0f} tok/s, "
+          f"prefill {r.prefill_tok_s:,.0f} tok/s, "
           f"train {r.train_tok_s:,.0f} tok/s (MFU {a.plain_mfu / m.zero3_overhead:.0%}), "
           f"sandbox {r.sandbox_s:,.0f} verifications/s")
     t, st = check_this_machine(m, a)
     train_side = st["update"] + st["checkpoint"] + st["sync"]
-    print(f"check, this VM's measured rates in the same model: {t:.0f} s per cycle against {m.cpu_cycle_s:.0f} s "
-          f"measured (rollout {st['rollout']:.0f} s against {m.cpu_generate_s:.0f} s; update + checkpoint + sync "
-          f"{train_side:.0f} s against {m.cpu_update_s:.0f} s)\n")
+    print(f"check, this VM's measured rates in the same model: {t:.0f} s per cycle against "
+          f"{m.cpu_cycle_s:.0f} s measured (rollout {st['rollout']:.0f} s against {m.cpu_generate_s:.0f} s; "
+          f"update + checkpoint + sync {train_side:.0f} s against {m.cpu_update_s:.0f} s)\n")
     names = ["rollout", "sandbox", "score", "archive", "update", "checkpoint", "sync"]
-    print("| GPUs | CPU side | schedule | rollout / train GPUs | batch | cycle s | traj/s | gen tok/s | bottleneck | "
-          + " | ".join(f"{n} s" for n in names) + " |")
+    print("| GPUs | CPU side | schedule | rollout / train GPUs | batch | cycle s | traj/s | gen tok/s "
+          "| bottleneck | " + " | ".join(f"{n} s" for n in names) + " |")
     print("| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- |" + " ---: |" * len(names))
     for scenario in ("today", "scaled out"):
         for gpus in [int(g) for g in args.gpus.split(",")]:

@@ -210,7 +210,9 @@ app.add_typer(sandbox_app, name="sandbox")
 def sandbox_build_image(
     image: Optional[str] = typer.Option(None, help="Image name (default: sandbox.docker_image)."),
     python: Optional[str] = typer.Option(None, help="System python to copy in (default: sandbox.python)."),
-    host: list[str] = typer.Option([], "--host", help="A docker endpoint (repeatable; default: sandbox.docker_hosts, else DOCKER_HOST)."),
+    host: list[str] = typer.Option(
+        [], "--host", help="A docker endpoint (repeatable; default: sandbox.docker_hosts, else DOCKER_HOST)."
+    ),
     config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
 ):
     """Build the docker sandbox image locally (no registry) from this machine's system python,
@@ -222,7 +224,8 @@ def sandbox_build_image(
     down = {h: why for h in hosts if (why := docker_unavailable([h]))}
     name = image or config.sandbox.docker_image
     if len(down) < len(hosts):
-        ids = build_image(name, python or config.sandbox.python, say=typer.echo, hosts=[h for h in hosts if h not in down])
+        up = [h for h in hosts if h not in down]
+        ids = build_image(name, python or config.sandbox.python, say=typer.echo, hosts=up)
         for h, image_id in ids.items():
             typer.echo(f"built {name} on {h or 'DOCKER_HOST'} ({image_id})")
     for why in down.values():

@@ -64,7 +64,7 @@ class SandboxConfig(BaseModel):
         "flywheel-sandbox:latest", description="Built locally by `flywheel sandbox build-image`."
     )
     docker_hosts: list[str] = Field(
-        [], description="DOCKER_HOST endpoints the docker pool spreads over, with failover. Empty: DOCKER_HOST."
+        [], description="DOCKER_HOST endpoints the docker pool spreads over (failover). Empty: DOCKER_HOST."
     )
 
 

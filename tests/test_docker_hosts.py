@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -110,7 +109,7 @@ def engines():
             e.stop()
         time.sleep(0.5)
         left = host_processes_with(str(root))  # dockerd, its containerd, container shims
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if str(root) in line]
+        mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines() if str(root) in ln]
         for m in reversed(mounts):
             subprocess.run([*SUDO, "umount", "-l", m], capture_output=True)
         subprocess.run([*SUDO, "rm", "-rf", str(root)], capture_output=True)
@@ -180,7 +179,8 @@ def test_failover_when_a_host_goes_away_and_rejoin_when_it_comes_back(engines):
         a.start()
         wait_for(lambda: box.hosts.hosts[0].healthy, 30, "the host to be admitted again")
         t_up = max(t for t, name, kind, _ in box.hosts.events if name == a.url and kind == "up")
-        wait_for(lambda: sum(r[1] > t_up and ran_on(box, r[3]) == a.url for r in runs) >= 8, 120, "8 jobs on it again")
+        back = lambda: sum(r[1] > t_up and ran_on(box, r[3]) == a.url for r in runs)  # noqa: E731
+        wait_for(lambda: back() >= 8, 120, "8 jobs on it again")
     finally:
         stop.set()
         for t in threads:
@@ -194,7 +194,7 @@ def test_failover_when_a_host_goes_away_and_rejoin_when_it_comes_back(engines):
     assert lost == [], f"jobs without their result: {[(r[0], r[3].error) for r in lost[:5]]}"
     where = {r[0]: ran_on(box, r[3]) for r in runs}
     assert None not in where.values()
-    t_down = next(t for t, name, kind, _ in box.hosts.events if name == a.url and kind == "down" and t > t_loss)
+    t_down = next(t for t, name, k, _ in box.hosts.events if name == a.url and k == "down" and t > t_loss)
     assert {where[r[0]] for r in runs if r[2] < t_loss} == {a.url, b.url}  # both served before
     outage = [r for r in runs if t_down < r[1] < t_up]
     assert outage and {where[r[0]] for r in outage} == {b.url}  # all later jobs on the survivor
@@ -206,8 +206,9 @@ def test_failover_when_a_host_goes_away_and_rejoin_when_it_comes_back(engines):
     normal = statistics.median(r[2] - r[1] for r in runs if r[2] < t_loss)
     print(f"\nfailover: {len(runs)} jobs, {retried} retried, {len(lost)} lost; host loss -> marked down "
           f"{t_down - t_loss:.2f} s; -> last caught job answered {max(r[2] for r in caught) - t_loss:.2f} s "
-          f"(latency of a caught job up to {max(r[2] - r[1] for r in caught):.2f} s, median job {normal:.2f} s); "
-          f"longest time without a result after the loss {max(y - x for x, y in zip(after, after[1:])):.2f} s; "
+          f"(latency of a caught job up to {max(r[2] - r[1] for r in caught):.2f} s, "
+          f"median job {normal:.2f} s); longest time without a result after the loss "
+          f"{max(y - x for x, y in itertools.pairwise(after)):.2f} s; "
           f"engine restart begun -> host admitted again {t_up - t_restart:.2f} s; "
           f"workers retired to rebalance {box.retired}")
     for e in engines:  # the pool left nothing on either engine
@@ -224,7 +225,7 @@ def test_a_hung_engine_is_dropped_only_after_repeated_time_outs(engines):
     pid = int((b.dir / "docker.pid").read_text())
 
     def event(kind: str, after: float) -> float | None:
-        return next((t for t, name, k, _ in box.hosts.events if name == b.url and k == kind and t > after), None)
+        return next((t for t, n, k, _ in box.hosts.events if n == b.url and k == kind and t > after), None)
 
     try:
         box.warm()

@@ -381,10 +381,13 @@ def build_image(image: str = DEFAULT_IMAGE, python: str = "/usr/bin/python3", sa
                     f"{url or 'DOCKER_HOST=' + os.environ.get('DOCKER_HOST', 'unset')}")  # fmt: skip
                 client.api.import_image_from_file(tar_path, repository=repo, tag=tag or "latest")
                 img = client.images.get(image)
-                probe = client.containers.run(image, [python, "-I", "-c", "import json, ssl, sqlite3; print(6 * 7)"],
-                                              network_mode="none", remove=True, user=f"{NOBODY}:{NOBODY}")
+                probe = client.containers.run(
+                    image, [python, "-I", "-c", "import json, ssl, sqlite3; print(6 * 7)"],
+                    network_mode="none", remove=True, user=f"{NOBODY}:{NOBODY}",
+                )  # fmt: skip
                 if probe.strip() != b"42":
-                    raise RuntimeError(f"image {image} does not run python on {url or 'DOCKER_HOST'}: {probe!r}")
+                    where = url or "DOCKER_HOST"
+                    raise RuntimeError(f"image {image} does not run python on {where}: {probe!r}")
                 ids[url] = img.id
             finally:
                 client.close()

@@ -86,7 +86,8 @@ def probe(url: str = "", timeout: float = HEALTH_TIMEOUT_S) -> tuple[str | None,
             return f"ping answered {reply.status_code}: {reply.text[:200]}", False
         return None, False
     except Exception as exc:  # noqa: BLE001 (any failure means: not usable now)
-        return f"ping failed: {type(exc).__name__}: {exc}", isinstance(exc, (requests.exceptions.Timeout, TimeoutError))
+        slow = isinstance(exc, (requests.exceptions.Timeout, TimeoutError))
+        return f"ping failed: {type(exc).__name__}: {exc}", slow
     finally:
         if client is not None:
             client.close()
