@@ -210,18 +210,28 @@ app.add_typer(sandbox_app, name="sandbox")
 def sandbox_build_image(
     image: Optional[str] = typer.Option(None, help="Image name (default: sandbox.docker_image)."),
     python: Optional[str] = typer.Option(None, help="System python to copy in (default: sandbox.python)."),
+    host: list[str] = typer.Option(
+        [], "--host", help="A docker endpoint (repeatable; default: sandbox.docker_hosts, else DOCKER_HOST)."
+    ),
     config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
 ):
-    """Build the docker sandbox image locally (no registry) from this machine's system python."""
+    """Build the docker sandbox image locally (no registry) from this machine's system python,
+    on every configured docker host."""
     from environments.sandbox.docker_backend import build_image, docker_unavailable
 
     config = load_config(config_file, [])
-    why = docker_unavailable()
-    if why:
+    hosts = host or config.sandbox.docker_hosts or [""]
+    down = {h: why for h in hosts if (why := docker_unavailable([h]))}
+    name = image or config.sandbox.docker_image
+    if len(down) < len(hosts):
+        up = [h for h in hosts if h not in down]
+        ids = build_image(name, python or config.sandbox.python, say=typer.echo, hosts=up)
+        for h, image_id in ids.items():
+            typer.echo(f"built {name} on {h or 'DOCKER_HOST'} ({image_id})")
+    for why in down.values():
         typer.secho(why, fg="red", err=True)
+    if down:  # the others have the image; these need it when they come back
         raise typer.Exit(2)
-    image_id = build_image(image or config.sandbox.docker_image, python or config.sandbox.python, say=typer.echo)
-    typer.echo(f"built {image or config.sandbox.docker_image} ({image_id})")
 
 
 engine_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollout engines.")

@@ -87,6 +87,9 @@ class SandboxConfig(BaseModel):
     docker_image: str = Field(
         "flywheel-sandbox:latest", description="Built locally by `flywheel sandbox build-image`."
     )
+    docker_hosts: list[str] = Field(
+        [], description="DOCKER_HOST endpoints the docker pool spreads over (failover). Empty: DOCKER_HOST."
+    )
 
 
 class StoreConfig(BaseModel):

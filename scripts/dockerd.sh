@@ -4,15 +4,17 @@
 #   eval "$(bash scripts/dockerd.sh start)"   # installs docker.io if needed, starts dockerd,
 #                                             # prints `export DOCKER_HOST=unix://...`
 #   bash scripts/dockerd.sh stop
+#   bash scripts/dockerd.sh start|stop DIR    # another instance, all of it under DIR
 #
 # Idempotent: `start` reuses an engine already answering on our socket, `stop` does
-# nothing when none runs. The engine keeps everything under FLYWHEEL_DOCKERD_DIR
-# (default /tmp/flywheel-dockerd): its own data-root, exec-root, socket and pidfile, so it
-# never touches a system docker. No iptables, no bridge (sandbox containers have no
+# nothing when none runs. The engine keeps everything under DIR (the argument, else
+# FLYWHEEL_DOCKERD_DIR, else /tmp/flywheel-dockerd): its own data-root, exec-root (and
+# with it its own containerd), socket and pidfile, so it never touches a system docker
+# and several instances run side by side (tests/test_docker_hosts.py starts two). No iptables, no bridge (sandbox containers have no
 # network). Storage driver overlay2, falling back to vfs where overlay2 cannot mount
 # (e.g. inside another overlay filesystem). Works as root or through sudo.
 set -euo pipefail
-DIR=${FLYWHEEL_DOCKERD_DIR:-/tmp/flywheel-dockerd}
+DIR=${2:-${FLYWHEEL_DOCKERD_DIR:-/tmp/flywheel-dockerd}}
 SOCK="$DIR/docker.sock"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 log() { echo "dockerd.sh: $*" >&2; }
@@ -78,5 +80,5 @@ start() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop [DIR]" >&2; exit 2 ;;
 esac

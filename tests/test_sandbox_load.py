@@ -87,4 +87,5 @@ def test_thousand_executions_leave_nothing_behind(backend):
     if backend == "docker":
         from environments.sandbox.docker_backend import LABEL
 
-        assert box.client.containers.list(all=True, filters={"label": f"{LABEL}={box.tag}"}) == []
+        for host in box.hosts.hosts:  # every engine the pool used
+            assert host.client.containers.list(all=True, filters={"label": f"{LABEL}={box.tag}"}) == []

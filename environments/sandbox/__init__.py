@@ -30,6 +30,7 @@ def make_sandbox(cfg) -> Sandbox:
     extra = {"recycle_after": cfg.recycle_after}
     if cfg.backend == "docker":
         extra["image"] = cfg.docker_image
+        extra["hosts"] = cfg.docker_hosts
     return getattr(importlib.import_module(module), cls)(limits_from(cfg), cfg.concurrency, cfg.python, **extra)
 
 

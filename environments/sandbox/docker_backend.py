@@ -19,8 +19,20 @@ bounds them.
 The image is built locally, without a registry (`flywheel sandbox build-image`): a
 rootfs of the host's system python (interpreter, stdlib without its tests, the shared
 libraries they load), /bin/sh and a few core tools, imported as an image. It has no
-package manager and no site-packages, on purpose. Not done: remote docker hosts and
-spreading a pool over several hosts (issue 9); user-namespace remapping in dockerd.
+package manager and no site-packages, on purpose; `build-image` builds the rootfs once
+and imports it into every configured host.
+
+Several hosts (`hosts`, from `sandbox.docker_hosts`; empty: the environment's
+DOCKER_HOST): workers are spread over the healthy hosts, which docker_hosts.py checks.
+When a host is lost, every worker on it is cut off (its engine is gone: the containers
+are not touched) and a one-shot job that was in flight there is run again on another
+host. That job may already have run to the end on the lost host with its reply lost: it
+is run again anyway, which is safe because a verification is idempotent (a fresh,
+empty workspace, no state outside the sandbox, the same code and inputs). Exactly one
+result is returned per job: the lost attempt's is dropped, never merged. A workspace
+on a lost host starts over from its starting files on the next call (its in-flight
+step is an infrastructure error), as after any worker death. Not done:
+user-namespace remapping in dockerd.
 """
 
 from __future__ import annotations
@@ -34,7 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from environments.sandbox.base import Limits
+from environments.sandbox.base import ExecResult, Job, Limits
+from environments.sandbox.docker_hosts import Host, HostSet, connect, ping
 from environments.sandbox.pool import WORKER_SOURCE, PoolSandbox, Transport, WorkerDied
 
 DEFAULT_IMAGE = "flywheel-sandbox:latest"
@@ -47,34 +60,26 @@ TOOLS = ["sh", "dash", "bash", "cat", "echo", "ls", "cp", "mv", "rm", "mkdir", "
          "find", "xargs", "chmod", "ln", "pwd", "basename", "dirname", "cut", "tr", "tee", "printf", "timeout"]
 
 
-def _client():
-    import docker  # the SDK reads DOCKER_HOST like the CLI does
-
-    return docker.from_env(timeout=60)
-
-
-def docker_unavailable() -> str | None:
-    """None when a docker engine answers, else why not (for skips and errors)."""
-    try:
-        client = _client()
-        try:
-            client.ping()
-        finally:
-            client.close()
+def docker_unavailable(hosts: list[str] | None = None) -> str | None:
+    """None when a docker engine answers (any of `hosts`; none given: DOCKER_HOST), else
+    why not, naming each endpoint (for skips and errors)."""
+    whys = [(url, ping(url)) for url in (hosts or [""])]
+    if any(why is None for _, why in whys):
         return None
-    except Exception as exc:  # noqa: BLE001 (any failure means: no usable engine)
-        return f"no docker engine reachable (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unset')}): {exc}"
+    return "no docker engine reachable: " + "; ".join(
+        f"{url or 'DOCKER_HOST=' + os.environ.get('DOCKER_HOST', 'unset')} ({why})" for url, why in whys)
 
 
 class DockerTransport(Transport):
     """The container's attached stdin/stdout. Without a tty docker multiplexes the
     output: 8-byte frame headers (stream, 0, 0, 0, big-endian size)."""
 
-    def __init__(self, client, container, sock):
+    def __init__(self, client, container, sock, host: Host | None = None, on_gone=None):
         self.client, self.container, self.sock = client, container, sock
         self.raw: socket.socket = getattr(sock, "_sock", sock)
         self.buf = bytearray()
         self.killed = False
+        self.host, self.on_gone = host, on_gone  # on_gone(host): once, when killed or cut
 
     def send(self, data: bytes) -> None:
         self.raw.sendall(data)
@@ -109,18 +114,36 @@ class DockerTransport(Transport):
         del self.buf[:n]
         return data
 
-    def kill(self) -> None:
+    def cut(self) -> bool:
+        """Shut our end without asking the engine anything (it may be gone): a call
+        blocked on this worker in another thread gets EOF at once, later ones fail at
+        once. Shut down, not closed: closing an fd that another thread is polling can
+        leave that thread waiting on a dead (or reused) descriptor until its deadline.
+        False when it was already cut or killed."""
         if self.killed:
-            return
+            return False
         self.killed = True
+        try:
+            self.raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self.on_gone:
+            self.on_gone(self.host)
+        return True
+
+    def kill(self, remove: bool = True) -> None:
+        """Cut, close, and (`remove`) have the engine kill and remove the container."""
+        first = self.cut()
         for s in (self.sock, self.raw):  # the SDK's wrapper and the socket under it
             try:
                 s.close()
             except OSError:
                 pass
+        if not (first and remove):
+            return
         try:
             self.container.remove(force=True)  # kills it first; the container, not a client
-        except Exception:  # noqa: BLE001  already gone (auto_remove) or being removed
+        except Exception:  # noqa: BLE001  already gone (auto_remove), being removed, or its engine is gone
             pass
 
 
@@ -128,23 +151,68 @@ class DockerSandbox(PoolSandbox):
     name = "docker"
 
     def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
-                 recycle_after: int = 1000, image: str = DEFAULT_IMAGE):
+                 recycle_after: int = 1000, image: str = DEFAULT_IMAGE, hosts: list[str] | None = None,
+                 health_interval_s: float | None = None):
         super().__init__(limits, concurrency, python, recycle_after)
-        why = docker_unavailable()
-        if why:
-            raise RuntimeError(why)
-        self.client = _client()
         self.image = image
-        try:
-            self.client.images.get(image)
-        except Exception as exc:  # noqa: BLE001
-            raise RuntimeError(f"sandbox image {image!r} is missing: run `flywheel sandbox build-image` ({exc})")
         self.tag = f"{os.getpid()}-{id(self):x}"
+        self.retried = 0  # one-shot jobs run again because their host was lost
+        self.retired = 0  # workers retired from a crowded host to even out the load
+        self.placement: dict[str, str] = {}  # container id -> the host it was started on
+        extra = {"interval_s": health_interval_s} if health_interval_s else {}
+        self.hosts = HostSet(list(hosts or []), admit=self._admit, on_down=self._host_down, **extra)
 
+    # ---- hosts ------------------------------------------------------------------------
+    def _admit(self, host: Host) -> str | None:
+        """Before a host takes workers (at start, and when it comes back): the image is
+        there, and containers this pool left there before the host was lost are gone."""
+        try:
+            host.client.images.get(self.image)
+        except Exception as exc:  # noqa: BLE001
+            return f"sandbox image {self.image!r} is missing: run `flywheel sandbox build-image` ({exc})"
+        self._remove_leftovers(host)
+        return None
+
+    def _host_down(self, host: Host) -> None:
+        """Drop every worker on a lost host: idle ones leave the pool, busy ones are cut
+        (a call blocked on one returns now; its job is run again elsewhere, see `run`;
+        its own thread closes it). Its engine is not asked to remove anything."""
+        with self._lock:
+            busy = [w for w in self._all if w.transport.host is host]
+            idle = [w for w in self._idle if w.transport.host is host]
+            self._idle = [w for w in self._idle if w.transport.host is not host]
+            self._all.difference_update(idle)
+        for worker in busy:
+            worker.dead = True
+            worker.transport.cut()
+        for worker in idle:  # no thread holds these: close them here, without asking the engine
+            worker.transport.kill(remove=False)
+
+    def _remove_leftovers(self, host: Host) -> None:
+        for c in host.client.containers.list(all=True, filters={"label": f"{LABEL}={self.tag}"}):
+            try:
+                c.remove(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ---- workers ----------------------------------------------------------------------
     def _spawn(self) -> DockerTransport:
+        hosts = self.hosts.candidates()
+        if not hosts:  # one may have come back since the monitor last looked
+            self.hosts.check_all()
+            hosts = self.hosts.candidates()
+        for host in hosts:
+            try:
+                return self._spawn_on(host)
+            except Exception:
+                if self.hosts.check(host):
+                    raise  # the engine answers: a real error, which another host would repeat
+        raise RuntimeError(self.hosts.none_healthy())
+
+    def _spawn_on(self, host: Host) -> DockerTransport:
         budget = f"{self.limits.memory_mb + 2 * TMPFS_MB + WORKER_MB}m"
         tmpfs = f"size={TMPFS_MB}m,uid={NOBODY},gid={NOBODY},mode=0700,nosuid,nodev"
-        api = self.client.api  # the low-level API: the high-level one cannot set StdinOnce
+        api = host.client.api  # the low-level API: the high-level one cannot set StdinOnce
         host_config = api.create_host_config(
             network_mode="none", read_only=True, tmpfs={"/work": tmpfs, "/tmp": tmpfs}, cap_drop=["ALL"],
             security_opt=["no-new-privileges"], mem_limit=budget, memswap_limit=budget,
@@ -157,15 +225,53 @@ class DockerSandbox(PoolSandbox):
                          "PYTHONDONTWRITEBYTECODE": "1"},
             stdin_open=True,  # with detach=False the SDK also sets StdinOnce
         )["Id"]  # fmt: skip
-        container = self.client.containers.get(cid)
         try:
+            container = host.client.containers.get(cid)
             sock = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            transport = DockerTransport(self.client, container, sock)
+            transport = DockerTransport(host.client, container, sock, host, self.hosts.gone)
             api.start(cid)
         except BaseException:
-            api.remove_container(cid, force=True)
+            try:
+                api.remove_container(cid, force=True)
+            except Exception:  # noqa: BLE001  the engine went away meanwhile: the first error counts
+                pass
             raise
+        self.hosts.started(host)
+        self.placement[cid] = host.name
         return transport
+
+    def _release(self, worker, wipe: bool) -> None:
+        if not worker.dead and self.hosts.crowded(worker.transport.host):
+            worker.kill()  # the slot's next worker starts on the least loaded host
+            with self._lock:
+                self.retired += 1
+        super()._release(worker, wipe)
+
+    def run(self, job: Job) -> ExecResult:
+        """A one-shot job. When the host it ran on is lost meanwhile, it is run again on
+        another (at most once per host): one result per job, the lost attempt's dropped."""
+        limits = job.limits or self.limits
+        for _ in range(len(self.hosts.hosts) + 1):
+            downs = self.hosts.downs
+            try:
+                worker = self._acquire()
+            except Exception as exc:
+                res = ExecResult(None, "", "", 0.0, error=f"sandbox unavailable: {type(exc).__name__}: {exc}")
+                self.hosts.check_all()
+                lost = self.hosts.downs != downs and bool(self.hosts.healthy())
+            else:
+                host = worker.transport.host
+                host_downs = host.downs
+                try:  # files, run and wipe in one round trip: the worker wipes /work and /tmp itself
+                    res = self._run_on(worker, job.argv, None, job.stdin, limits, job.files, True)
+                finally:
+                    self._release(worker, wipe=False)
+                lost = res.error is not None and (host.downs != host_downs or not self.hosts.check(host))
+            if res.error is None or not lost:
+                return res
+            with self._lock:
+                self.retried += 1
+        return res
 
     def _wire_limits(self, limits: Limits) -> dict:
         # Without a user namespace, RLIMIT_NPROC counts every process of uid 65534 on the
@@ -174,13 +280,15 @@ class DockerSandbox(PoolSandbox):
         return {**super()._wire_limits(limits), "max_procs": 1 << 15}
 
     def close(self) -> None:
+        self.hosts.stop()  # no host is admitted or cut while we close
         super().close()
-        for c in self.client.containers.list(all=True, filters={"label": f"{LABEL}={self.tag}"}):
-            try:
-                c.remove(force=True)
-            except Exception:  # noqa: BLE001
-                pass
-        self.client.close()  # its pooled HTTP connections
+        for host in self.hosts.hosts:
+            if host.healthy and host.client is not None:
+                try:
+                    self._remove_leftovers(host)
+                except Exception:  # noqa: BLE001  lost meanwhile
+                    pass
+        self.hosts.close()  # the clients' pooled HTTP connections
 
 
 # ---- the image ------------------------------------------------------------------------
@@ -256,18 +364,31 @@ def build_rootfs(tar_path: str, python: str = "/usr/bin/python3") -> None:
                 _add(tar, os.path.join(root, name), seen)
 
 
-def build_image(image: str = DEFAULT_IMAGE, python: str = "/usr/bin/python3", say=print) -> str:
-    """Build the sandbox image from this machine's system python, locally; returns its id."""
-    client = _client()
+def build_image(image: str = DEFAULT_IMAGE, python: str = "/usr/bin/python3", say=print,
+                hosts: list[str] | None = None) -> dict[str, str]:
+    """Build the sandbox image from this machine's system python, locally (no registry),
+    and import it into every host in `hosts` (none: DOCKER_HOST): the rootfs is made once,
+    each engine gets the same tar. Returns {host: image id}."""
+    ids = {}
     with tempfile.TemporaryDirectory(prefix="flywheel-image-") as tmp:
         tar_path = os.path.join(tmp, "rootfs.tar")
         build_rootfs(tar_path, python)
-        say(f"rootfs: {os.path.getsize(tar_path) >> 20} MiB; importing as {image}")
         repo, _, tag = image.partition(":")
-        client.api.import_image_from_file(tar_path, repository=repo, tag=tag or "latest")
-    img = client.images.get(image)
-    probe = client.containers.run(image, [python, "-I", "-c", "import json, ssl, sqlite3; print(6 * 7)"],
-                                  network_mode="none", remove=True, user=f"{NOBODY}:{NOBODY}")
-    if probe.strip() != b"42":
-        raise RuntimeError(f"image {image} does not run python: {probe!r}")
-    return img.id
+        for url in hosts or [""]:
+            client = connect(url)
+            try:
+                say(f"rootfs: {os.path.getsize(tar_path) >> 20} MiB; importing as {image} into "
+                    f"{url or 'DOCKER_HOST=' + os.environ.get('DOCKER_HOST', 'unset')}")  # fmt: skip
+                client.api.import_image_from_file(tar_path, repository=repo, tag=tag or "latest")
+                img = client.images.get(image)
+                probe = client.containers.run(
+                    image, [python, "-I", "-c", "import json, ssl, sqlite3; print(6 * 7)"],
+                    network_mode="none", remove=True, user=f"{NOBODY}:{NOBODY}",
+                )  # fmt: skip
+                if probe.strip() != b"42":
+                    where = url or "DOCKER_HOST"
+                    raise RuntimeError(f"image {image} does not run python on {where}: {probe!r}")
+                ids[url] = img.id
+            finally:
+                client.close()
+    return ids
