@@ -175,6 +175,19 @@ class PipelineConfig(BaseModel):
     )  # fmt: skip
 
 
+class FanoutConfig(BaseModel):
+    backend: Literal["local", "ray"] = Field(
+        "local", description="local: generate and score run in this process. ray: their shards run as "
+        "Prefect tasks on a Ray cluster (prefect-ray's RayTaskRunner).",
+    )
+    address: str | None = Field(
+        None, description="Ray cluster address (host:port of the head). Empty: start a local Ray on loopback for the run."
+    )
+    shards: int = Field(2, ge=1, description="Shards per stage: tasks (generate) or trajectories (score) split evenly.")
+    num_cpus: float = Field(1, gt=0, description="CPUs Ray reserves for each shard.")
+    num_gpus: float = Field(0, ge=0, description="GPUs Ray reserves for each rollout shard (score shards take none).")
+
+
 class FlywheelConfig(BaseModel):
     run_id: str = Field("", description="Empty: a new run. An existing id resumes that run.")
     runs_dir: str = "runs"
@@ -191,6 +204,7 @@ class FlywheelConfig(BaseModel):
     reward: RewardConfig = RewardConfig()
     trainer: TrainerConfig = TrainerConfig()
     pipeline: PipelineConfig = PipelineConfig()
+    fanout: FanoutConfig = FanoutConfig()
 
     def with_run_id(self) -> "FlywheelConfig":
         """This config with a fresh, time-stamped run id when none was given."""

@@ -1,4 +1,4 @@
-"""The live parts of a run: lake, sandbox, engine, trainer, and the policy manifest.
+"""The live parts of a run: lake, sandbox, engine, trainer, fan-out, and the policy manifest.
 
 Built once per flow run from the config, so stages never branch on a backend: they call
 the interfaces. Start-up checks the cheap things first (model path, lake reachable,
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from environments.sandbox import make_sandbox
 from flywheel.config import FlywheelConfig
+from flywheel.fanout import make_fanout
 from flywheel.model_prep import resolve_model
 from storage.lake import Lake
 from storage.policies import PolicyStore
@@ -62,6 +63,7 @@ class Runtime:
         # updates in flight (trained or training, not yet in the engine) while generating:
         # set by the update pipeline, recorded on every trajectory
         self.policy_lag = 0
+        self.fanout = make_fanout(self)  # where generate and score run; Ray starts on first use
 
     # ---- policy versions -----------------------------------------------------------------
     @property
@@ -137,6 +139,7 @@ class Runtime:
         return self._trainer
 
     def close(self) -> None:
+        self.fanout.close()
         if self._engine is not None:
             self._engine.close()
         self.sandbox.close()

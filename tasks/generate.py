@@ -8,6 +8,11 @@ Multi-turn domains (environments/agentic.py): the episode runner (policy/multitu
 plays each trajectory turn by turn in its own sandbox workspace, batching every turn's
 generation across live trajectories, and the domain scores the final workspace before
 it is released, so these records leave here already scored.
+
+Records come out grouped by task in the order of the task list, so a list cut into
+shards (flywheel/fanout.py) and joined back gives the same trajectory ids, groups and
+order as the whole list. Not the same sampled text: the engine's random stream is seeded
+per engine call, and shards make different calls.
 """
 
 from __future__ import annotations
@@ -95,9 +100,16 @@ def generate(
     rt, tasks: list[TaskSpec], cycle: int, sampling: SamplingConfig | None = None, label: str = "train"
 ) -> list[Trajectory]:
     """`sampling` overrides the config's (evaluation samples greedily); `label` keeps the
-    ids of differently sampled trajectories of the same task and cycle apart."""
+    ids of differently sampled trajectories of the same task and cycle apart. The work
+    runs where `fanout` says (flywheel/fanout.py): here, or in shards of tasks on Ray."""
+    sampling = sampling or rt.config.sampling
+    return rt.fanout.map(rollouts, tasks, engine=True, cycle=cycle, sampling=sampling, label=label)
+
+
+def rollouts(rt, tasks: list[TaskSpec], cycle: int, sampling: SamplingConfig, label: str) -> list[Trajectory]:
+    """k trajectories per task, grouped by task in the order of `tasks` (see the module
+    docstring for why)."""
     cfg = rt.config
-    sampling = sampling or cfg.sampling
     budget = cfg.engine.max_model_len - sampling.max_tokens
     prompts = [encode_chat(rt.tokenizer, t.prompt) for t in tasks]
     too_long = [t.task_id for t, p in zip(tasks, prompts) if len(p) > budget]
@@ -107,6 +119,7 @@ def generate(
         n=sampling.k, temperature=sampling.temperature, top_p=sampling.top_p,
         max_tokens=sampling.max_tokens, seed=int(stable_id(cfg.seed, cycle, label), 16) % (2**31),
     )  # fmt: skip
+    position = {t.task_id: i for i, t in enumerate(tasks)}
     multi_turn = {d for d in {t.domain for t in tasks} if is_multi_turn(d)}
     multi = [t for t in tasks if t.domain in multi_turn]
     out: list[Trajectory] = play_episodes(rt, multi, cycle, sampling, spec, label) if multi else []
@@ -122,4 +135,4 @@ def generate(
                 for i, s in enumerate(samples):
                     out.append(pending_trajectory(rt, cycle, label, task_spec, prompt_ids, i, s, per_sample))
                 advance(len(samples))
-    return out
+    return sorted(out, key=lambda tr: (position[tr.task_id], tr.sample_index))

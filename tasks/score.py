@@ -26,6 +26,13 @@ from storage.schema import TaskSpec, Trajectory
 
 @task(name="score", cache_policy=NO_CACHE)
 def score(rt, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories, scored, in their order. The work runs where `fanout` says
+    (flywheel/fanout.py): here, or in shards of trajectories on Ray."""
+    return rt.fanout.map(verify, trajectories, tasks=tasks)
+
+
+def verify(rt, trajectories: list[Trajectory], tasks: list[TaskSpec]) -> list[Trajectory]:
+    """Score `trajectories` (any slice of a stage's list) against their `tasks`."""
     by_id = {t.task_id: t for t in tasks}
     envs = {d: get_environment(d) for d in {t.domain for t in tasks}}
     done = {i for i, tr in enumerate(trajectories) if tr.verdict != "pending"}  # multi-turn: scored in generate

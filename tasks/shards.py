@@ -1,0 +1,148 @@
+"""A shard of a stage, run as a Prefect task on a Ray worker (flywheel/fanout.py submits it).
+
+A worker has none of the driver's live parts (the Runtime holds processes and cannot be
+pickled), so a shard receives the config and the policy version and rebuilds what the
+stage body reads. `ShardRuntime` offers the attributes the bodies use (config, run_id,
+policy_version, tokenizer, sandbox, engine), and the bodies are the very functions the
+local path runs on the driver's Runtime (tasks.generate.rollouts, tasks.score.verify),
+so a shard's records are made by the same code.
+
+Live parts are built on first use and cached in this module, one set per worker process:
+a Ray worker that runs shard after shard starts its sandbox pool and its engine once. A
+new policy version reaches a cached engine through `Engine.load_weights`, from the dir
+the lake's PolicyStore names (on an S3 lake, downloaded into a cache on this node), so
+no filesystem is shared with the driver; version 0 is the base model, which the worker
+resolves from `config.model` as the driver does.
+
+Not done: a cached part lives as long as its worker process (Ray ends a driver's workers
+when the driver disconnects); `close_parts` runs at a normal exit, but a worker killed
+outright leaves cleanup to the parts' own guards (bwrap dies with its parent; a docker
+container of a killed worker is not removed). The base model path, when one is
+configured, must exist on every node.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+import flywheel  # noqa: F401  (offline defaults, also in a fresh worker process)
+
+_PARTS: dict[tuple, Any] = {}  # live parts of this process, by what they were built from
+_LOADED: dict[tuple, tuple] = {}  # engine key -> (run_id, policy version) its weights are
+
+
+def _part(key: tuple, build: Callable[[], Any]) -> Any:
+    if key not in _PARTS:
+        _PARTS[key] = build()
+    return _PARTS[key]
+
+
+@atexit.register
+def close_parts() -> None:
+    """Close every cached engine and sandbox pool of this process."""
+    for key in reversed(list(_PARTS)):
+        part = _PARTS.pop(key)
+        close = getattr(part, "close", None)
+        if key[0] in ("engine", "sandbox") and close is not None:
+            try:
+                close()
+            except Exception:  # exiting: keep closing the others
+                pass
+    _LOADED.clear()
+
+
+class ShardRuntime:
+    """What a stage body reads from a Runtime, rebuilt from the config where it runs.
+    Holds only the config and the version, so it pickles; its live parts are cached in
+    the module. Not a dataclass on purpose: Prefect walks dataclass parameters of tasks."""
+
+    def __init__(self, config, policy_version: int, policy_lag: int = 0):
+        self.config = config
+        self.run_id = config.run_id
+        self.policy_version = policy_version
+        self.engine_version = policy_version  # the version this shard's engine is made to hold
+        self.policy_lag = policy_lag  # updates in flight on the driver (flywheel/pipeline.py)
+
+    @property
+    def base_model(self) -> str:
+        from flywheel.model_prep import resolve_model
+
+        m = self.config.model
+        return _part(("model", m.path, m.cache_dir), lambda: resolve_model(m.path, m.cache_dir))
+
+    @property
+    def tokenizer(self):
+        from transformers import AutoTokenizer
+
+        base = self.base_model
+        return _part(("tokenizer", base), lambda: AutoTokenizer.from_pretrained(base))
+
+    @property
+    def sandbox(self):
+        from environments.sandbox import make_sandbox
+
+        cfg = self.config.sandbox
+        return _part(("sandbox", cfg.model_dump_json()), lambda: make_sandbox(cfg))
+
+    @property
+    def engine(self):
+        """This node's engine, holding policy `policy_version` of this run."""
+        from policy.engines import make_engine
+
+        base, cfg, seed = self.base_model, self.config.engine, self.config.seed
+        key = ("engine", base, cfg.model_dump_json(), seed)
+        engine = _part(key, lambda: make_engine(base, cfg, seed))
+        _LOADED.setdefault(key, ("base", 0))
+        want = ("base", 0) if self.policy_version == 0 else (self.run_id, self.policy_version)
+        if _LOADED[key] != want:
+            engine.load_weights(base if want[0] == "base" else self.policy_dir())
+            _LOADED[key] = want
+        return engine
+
+    def policy_dir(self) -> str:
+        """A local dir with this run's `policy_version` weights, from the lake."""
+        from flywheel.model_prep import cache_root
+        from storage.lake import Lake
+        from storage.policies import PolicyStore
+
+        store = self.config.store
+        lake = Lake(self.config.lake_uri, store.endpoint, store.region)
+        cache = cache_root(self.config.model.cache_dir) / "policy-cache" / self.run_id
+        hf = PolicyStore(lake, self.run_id, cache).hf_dir(self.policy_version)
+        if hf is None:
+            raise RuntimeError(
+                f"policy v{self.policy_version} of run {self.run_id} has no weights in the lake {self.config.lake_uri}"
+            )
+        return hf
+
+
+@dataclass
+class ShardResult:
+    records: list
+    node_id: str  # the Ray node the shard ran on ("" outside Ray)
+    pid: int
+    seconds: float
+
+
+def node_id() -> str:
+    if "ray" not in sys.modules:
+        return ""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
+
+@task(name="shard", cache_policy=NO_CACHE)
+def run_shard(body: Callable, rt: ShardRuntime, items: list, kw: dict) -> ShardResult:
+    """`body(rt, items, **kw)` here, with where and how long it ran."""
+    t0 = time.monotonic()
+    records = body(rt, items, **kw)
+    return ShardResult(records, node_id(), os.getpid(), round(time.monotonic() - t0, 3))
