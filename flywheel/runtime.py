@@ -48,7 +48,9 @@ class Runtime:
                 f"sandbox backend {config.sandbox.backend!r} cannot run code here: "
                 f"{probe.error or probe.stderr.strip()[-300:]}"
             )
-        self.policies = PolicyStore(self.lake, self.run_id, self.run_dir / "policy-cache")
+        self.policies = PolicyStore(
+            self.lake, self.run_id, self.run_dir / "policy-cache", keep_hf=config.store.keep_policy_exports
+        )
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.base_model)
