@@ -166,7 +166,7 @@ def trl_args(cfg, output_dir: str):
     return GRPOConfig(
         output_dir=output_dir, use_cpu=True, use_vllm=False, bf16=False, fp16=False,
         model_init_kwargs={"dtype": "float32"},
-        gradient_checkpointing=False,  # TRL's default; it only trades time for memory here
+        gradient_checkpointing=False,  # TRL turns it on by default: off is faster, and memory is ample here
         num_generations=s.k, per_device_train_batch_size=s.k,
         gradient_accumulation_steps=cfg.sampler.tasks_per_cycle,  # = prompts per optimizer step
         num_iterations=1, max_completion_length=s.max_tokens,
