@@ -98,6 +98,10 @@ class StoreConfig(BaseModel):
     )
     endpoint: str | None = Field(None, description="S3 endpoint URL, e.g. http://127.0.0.1:8333.")
     region: str = "us-east-1"
+    keep_policy_exports: int = Field(
+        2, ge=1, description="Exported policy versions (HF dirs) kept per run; older ones are deleted. "
+        "Raise it to evaluate every version afterwards (bench/vs_trl.py does).",
+    )
 
 
 class RewardConfig(BaseModel):

@@ -51,7 +51,7 @@ class Runtime:
             )
         # an asynchronous run syncs a version into the engine while later ones publish:
         # keep enough HF dirs that the one being synced is still there
-        keep = max(2, config.pipeline.max_policy_lag + 2)
+        keep = max(config.store.keep_policy_exports, config.pipeline.max_policy_lag + 2)
         self.policies = PolicyStore(self.lake, self.run_id, self.run_dir / "policy-cache", keep_hf=keep)
         from transformers import AutoTokenizer
 

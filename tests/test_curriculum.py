@@ -58,3 +58,20 @@ def test_over_long_prompts_are_quarantined_not_fatal(tmp_path):
     assert [t.domain for t in kept] == ["math", "math"]
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["domain"] for r in rows] == ["data", "data"] and "max_model_len" in rows[0]["reason"]
+
+
+def test_fresh_tasks_are_a_seeded_stream_whose_smaller_counts_are_prefixes():
+    """The sampler's fresh tasks; bench/vs_trl.py hands TRL the same stream."""
+    from collections import Counter
+
+    from tasks.sample import fresh_plan, fresh_tasks
+
+    full = fresh_plan(["extraction", "code"], [1], 6)
+    assert full == Counter({("extraction", 1): 3, ("code", 1): 3})
+    a, b = fresh_tasks(0, 4, full), fresh_tasks(0, 4, full)
+    assert [t.task_id for t in a] == [t.task_id for t in b] and {t.split for t in a} == {"train"}
+    fewer = fresh_tasks(0, 4, Counter({("extraction", 1): 1, ("code", 1): 2}))
+    by_cell = lambda ts, d: [t.task_id for t in ts if t.domain == d]  # noqa: E731
+    assert by_cell(fewer, "extraction") == by_cell(a, "extraction")[:1]
+    assert by_cell(fewer, "code") == by_cell(a, "code")[:2]
+    assert {t.task_id for t in fresh_tasks(0, 5, full)}.isdisjoint(t.task_id for t in a)

@@ -62,3 +62,13 @@ def test_a_newer_manifest_is_refused(tmp_path):
     lake._write_bytes(lake._path("_policies", "run=r", "manifest.json"), b'{"schema_version": 99}')
     with pytest.raises(LakeError, match="newer than"):
         PolicyStore(lake, "r", tmp_path / "cache")
+
+
+def test_keeping_every_export_still_prunes_checkpoints(tmp_path):
+    """store.keep_policy_exports (bench/vs_trl.py evaluates every version afterwards)."""
+    store = PolicyStore(Lake(str(tmp_path / "lake")), "r", tmp_path / "cache", keep_hf=100)
+    for version in (1, 2, 3):
+        hf, ckpt = stage(tmp_path / "staging", version)
+        store.publish(cycle=version - 1, version=version, hf_dir=hf, checkpoint=ckpt)
+    assert all(Path(store.hf_dir(v)).is_dir() for v in (1, 2, 3))
+    assert store.checkpoint(1) is None and store.checkpoint(2) is None and store.checkpoint(3)

@@ -1,0 +1,612 @@
+"""Time to reward: TRL's GRPOTrainer against the flywheel on the same model, tasks, reward
+and machine, for the same wall budget, one script.
+
+    .venv/bin/python bench/vs_trl.py [--minutes 30] [--domains extraction,code] [--levels 1]
+        [--eval-per-level 16] [--eval-points 6] [--order trl-first] [--rounds 1]
+        [--recipe recipes/cpu-30min.yaml] [--set trainer.learning_rate=1e-5 ...]
+
+Each side trains for `--minutes` of wall time in its own fresh process (the order is a
+flag, and `--rounds 2` alternates it, since the machine is noisy). Afterwards one shared
+evaluator scores the policies both sides had at comparable wall-clock points on the same
+held-out tasks, and the script prints held-out reward against wall time side by side,
+the time each side needed to reach TRL's final reward and their ratio (target: the
+flywheel in at most a third of TRL's time), and writes `points.json`, `curves.png` and
+`table.md` to `--out`.
+
+Identical on both sides, by construction (both are derived from one FlywheelConfig: the
+recipe plus the flags):
+- the model (SmolLM2-135M-Instruct fp32 by default), the machine and its threads;
+- the train tasks: TRL gets the flywheel sampler's stream of fresh tasks (tasks/sample.py
+  `fresh_tasks`, same seeds, in cycle order, `tasks_per_cycle` prompts per step);
+- the reward: TRL's reward function calls `tasks.score.verify`, the score stage's own
+  code, so code is verified in the same bubblewrap sandbox pool; plus the same overlong
+  penalty;
+- GRPO's knobs where TRL has them: group size k, prompts per step (one optimizer step per
+  generation batch, on-policy), learning rate (constant), AdamW, weight decay, gradient
+  clipping, clip-low and clip-high epsilons, KL coefficient, token-mean loss ("dapo" in
+  TRL), group-normalised advantages, temperature, top-p, max completion tokens, fp32;
+- the evaluation: greedy, the held-out tasks of `flywheel eval` (flows/evaluate.py's
+  fixed seed), one vLLM engine loading each saved policy in turn, rewards from `verify`.
+
+Not identical, on purpose (they are what is being compared): generation (TRL: transformers
+`generate` in the training process, as TRL runs on CPU here; flywheel: vLLM, synced after
+each step), the trainer (TRL: plain torch; flywheel: DeepSpeed ZeRO-3), orchestration
+(Prefect, the lake, a DeepSpeed checkpoint per cycle), and the flywheel's data choices:
+it drops groups whose rewards are all equal, replays failed tasks, and its curriculum
+shifts fresh tasks between domains and levels by how much each still teaches, so its
+tasks come from the same seeded generator but not always the same ones in the same order;
+`--same-task-order` turns replay and the curriculum off for an exact match. Dropping flat groups also shrinks the flywheel's
+token-mean denominator (TRL counts their tokens, with advantage 0), so its step is larger
+when many groups are flat. Small differences: TRL's group std is the unbiased one (ours
+the population std) and its eps 1e-4 (ours 1e-6); TRL exempts biases and norms from
+weight decay (the recipe has none).
+
+Wall clock: each side's clock starts in its own process just before it builds anything
+(TRL: the trainer, which loads the model; flywheel: the flow, which starts Prefect's
+ephemeral server, the sandbox pool, vLLM and DeepSpeed), so start-up costs count. No
+evaluation runs during training on either side: TRL saves its weights at the grid times
+(the save is excluded from its clock), the flywheel keeps every exported version with the
+time it was published, and all evaluation happens afterwards. Both sides look at the
+clock after each step or cycle (so each makes at least one) and start no new one once it
+has passed the budget: the one in flight finishes and counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import flywheel  # noqa: F401  (offline defaults: no hub, no telemetry; children inherit them)
+
+REPO = Path(__file__).resolve().parents[1]
+SIDES = ("trl", "flywheel")
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    minutes: float = 30.0  # wall budget per side
+    domains: list[str] = dataclasses.field(default_factory=lambda: ["extraction", "code"])
+    levels: list[int] = dataclasses.field(default_factory=lambda: [1])
+    eval_per_level: int = 16  # held-out tasks per (domain, level)
+    eval_points: int = 6  # policies evaluated per side besides the base model
+    order: str = "trl-first"  # or "flywheel-first"; later rounds alternate
+    rounds: int = 1
+    recipe: str = "recipes/cpu-30min.yaml"
+    overrides: list[str] = dataclasses.field(default_factory=list)  # `a.b=value`, applied last
+    same_task_order: bool = False  # flywheel without replay and curriculum: TRL's exact tasks
+    model: str | None = None  # default: the shipped SmolLM2-135M-Instruct
+    out: str = ""  # default: runs/vs-trl/<time stamp>
+    work_dir: str = ""  # weights and the flywheel's runs; default: a temp dir, removed after
+    keep_weights: bool = False
+
+    @property
+    def budget_s(self) -> float:
+        return self.minutes * 60
+
+    def grid(self) -> list[float]:
+        """Training wall times (s) at which each side's policy is evaluated."""
+        return [self.budget_s * i / self.eval_points for i in range(1, self.eval_points + 1)]
+
+    def side_order(self, round_: int) -> tuple[str, str]:
+        first = ("trl", "flywheel") if self.order == "trl-first" else ("flywheel", "trl")
+        return first if round_ % 2 == 0 else first[::-1]
+
+
+def flywheel_config(bench: BenchConfig, run_id: str, runs_dir: str):
+    """The one config both sides are derived from: the recipe, restricted to the bench's
+    domains and levels, keeping every exported policy version, then the user's overrides."""
+    from flywheel.config import FlywheelConfig, apply_overrides
+
+    sets = [
+        f"run_id={run_id}", f"runs_dir={runs_dir}", "cycles=100000",  # the wall budget stops it
+        f"sampler.domains={json.dumps(bench.domains)}", f"sampler.levels={json.dumps(bench.levels)}",
+        "store.keep_policy_exports=100000",
+    ]  # fmt: skip
+    if bench.model:
+        sets.append(f"model.path={bench.model}")
+    if bench.same_task_order:
+        sets += ["replay.enabled=false", "curriculum.enabled=false"]
+    return apply_overrides(FlywheelConfig.from_yaml(REPO / bench.recipe), sets + bench.overrides)
+
+
+def load(spec: str) -> tuple[BenchConfig, Path]:
+    data = json.loads(Path(spec).read_text())
+    return BenchConfig(**data["bench"]), Path(data["work"])
+
+
+# ---- the TRL side ------------------------------------------------------------------------------
+
+
+def train_stream(cfg, steps: int, tokenizer) -> list:
+    """The flywheel sampler's fresh tasks for cycles 0..steps-1 in order, `tasks_per_cycle`
+    per cycle, without prompts the flywheel would quarantine as too long."""
+    from policy.chat import encode_chat
+    from tasks.sample import fresh_plan, fresh_tasks
+
+    plan = fresh_plan(cfg.sampler.domains, cfg.sampler.levels, cfg.sampler.tasks_per_cycle)
+    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    tasks = [t for cycle in range(steps) for t in fresh_tasks(cfg.seed, cycle, plan)]
+    return [t for t in tasks if len(encode_chat(tokenizer, t.prompt)) <= budget]
+
+
+def make_reward(cfg, tasks, sandbox):
+    """TRL's reward function: the flywheel's verifier and penalties, nothing else."""
+    from environments import get_environment
+    from policy.grpo import overlong_penalty
+    from tasks.score import verify
+
+    by_id = {t.task_id: t for t in tasks}
+    envs = {d: get_environment(d) for d in cfg.sampler.domains}
+    max_tokens, buffer = cfg.sampling.max_tokens, cfg.reward.overlong_buffer
+
+    def flywheel_reward(prompts, completions, completion_ids, task_id, **_):
+        pairs = [(envs[by_id[i].domain], by_id[i], c[-1]["content"]) for i, c in zip(task_id, completions)]
+        verified = verify(sandbox, pairs)
+        penalties = [overlong_penalty(len(ids), max_tokens, buffer) for ids in completion_ids]
+        return [v.score.reward + penalty for v, penalty in zip(verified, penalties)]
+
+    return flywheel_reward
+
+
+def trl_args(cfg, output_dir: str):
+    """GRPOConfig with every knob TRL shares with the flywheel set from `cfg`."""
+    from trl import GRPOConfig
+
+    t, s = cfg.trainer, cfg.sampling
+    return GRPOConfig(
+        output_dir=output_dir, use_cpu=True, use_vllm=False, bf16=False, fp16=False,
+        model_init_kwargs={"dtype": "float32"},
+        gradient_checkpointing=False,  # TRL turns it on by default: off is faster, and memory is ample here
+        num_generations=s.k, per_device_train_batch_size=s.k,
+        gradient_accumulation_steps=cfg.sampler.tasks_per_cycle,  # = prompts per optimizer step
+        num_iterations=1, max_completion_length=s.max_tokens,
+        temperature=s.temperature, top_p=s.top_p, top_k=0,
+        learning_rate=t.learning_rate, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
+        weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm,
+        epsilon=t.clip_eps_low, epsilon_high=t.clip_eps_high, beta=t.kl_coef,
+        loss_type={"token_mean": "dapo", "seq_mean": "grpo"}[t.loss_aggregation], scale_rewards="group",
+        shuffle_dataset=False,  # the stream's order: step i gets cycle i's tasks
+        max_steps=10**6, save_strategy="no", report_to="none", logging_steps=1, disable_tqdm=True,
+        seed=cfg.seed, dataloader_num_workers=0,
+    )  # fmt: skip
+
+
+def trl_clock(t0: float, budget_s: float, grid: list[float], save_root: Path):
+    """A TrainerCallback: saves the policy at the first step end past each grid time (the
+    save excluded from the clock) and stops training once the clock passes the budget."""
+    from transformers import TrainerCallback
+
+    class WallClock(TrainerCallback):
+        def __init__(self):
+            self.excluded, self.grid, self.points, self.steps = 0.0, list(grid), [], []
+            self.rollout_s = 0.0  # generation and reward since the last step: the rest is the update
+
+        def elapsed(self) -> float:
+            return time.time() - t0 - self.excluded
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            t = self.elapsed()
+            if not (self.grid and t >= self.grid[0]) and t < budget_s:
+                return
+            while self.grid and t >= self.grid[0]:
+                self.grid.pop(0)
+            saved = time.time()
+            path = save_root / f"step-{state.global_step}"
+            model.save_pretrained(path, safe_serialization=True)
+            self.excluded += time.time() - saved
+            self.points.append({"label": f"step {state.global_step}", "step": state.global_step, "t": t,
+                                "dir": str(path)})  # fmt: skip
+            if t >= budget_s:
+                control.should_training_stop = True
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                extra = {k: logs[k] for k in ("frac_reward_zero_std", "step_time") if k in logs}
+                step = {"step": state.global_step, "t": self.elapsed(), "train_reward": logs["reward"]}
+                self.steps.append({**step, **extra, "rollout_s": round(self.rollout_s, 2)})
+                self.rollout_s = 0.0
+
+    return WallClock()
+
+
+def time_rollouts(trainer, clock) -> None:
+    """Time TRL's rollout (generation and reward; a private method of TRL 1.16, left alone
+    when absent) apart from its update, as the flywheel's stages are."""
+    rollout = getattr(trainer, "_generate_and_score_completions", None)
+    if rollout is None:
+        return
+
+    def timed(*args, **kwargs):
+        started = time.time()
+        try:
+            return rollout(*args, **kwargs)
+        finally:
+            clock.rollout_s += time.time() - started
+
+    trainer._generate_and_score_completions = timed
+
+
+def run_trl(bench: BenchConfig, work: Path, round_: int) -> dict:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from environments.sandbox import make_sandbox
+    from flywheel.model_prep import resolve_model
+    from policy.chat import encode_chat
+
+    cfg = flywheel_config(bench, f"trl-r{round_}", str(work / "unused"))
+    model_dir = resolve_model(cfg.model.path, cfg.model.cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tasks = train_stream(cfg, math.ceil(bench.budget_s / 5) + 1, tokenizer)  # no step here is as short as 5 s
+    dataset = Dataset.from_list([{"prompt": t.prompt, "task_id": t.task_id} for t in tasks])
+    # The prompt ids TRL builds (chat template, tokenized) must be the ones the flywheel uses.
+    trl_ids = tokenizer.apply_chat_template(tasks[0].prompt, add_generation_prompt=True, return_dict=True)
+    same_prompt_ids = list(trl_ids["input_ids"]) == encode_chat(tokenizer, tasks[0].prompt)
+    save_root = work / f"trl-r{round_}"
+    t0 = time.time()
+    sandbox = make_sandbox(cfg.sandbox)
+    clock = trl_clock(t0, bench.budget_s, bench.grid(), save_root)
+    try:
+        reward = make_reward(cfg, tasks, sandbox)
+        trainer = GRPOTrainer(
+            model=model_dir, reward_funcs=reward, args=trl_args(cfg, str(save_root / "trainer")),
+            train_dataset=dataset, processing_class=tokenizer, callbacks=[clock],
+        )  # fmt: skip
+        time_rollouts(trainer, clock)
+        trainer.train()
+    finally:
+        sandbox.close()
+    return {"side": "trl", "round": round_, "train_s": clock.elapsed(),
+            "excluded_save_s": clock.excluded, "points": clock.points, "steps": clock.steps,
+            "same_prompt_ids": same_prompt_ids}  # fmt: skip
+
+
+# ---- the flywheel side -------------------------------------------------------------------------
+
+
+def run_flywheel(bench: BenchConfig, work: Path, round_: int) -> dict:
+    from prefect import flow
+
+    from flows.flywheel import _run
+    from storage.lake import Lake
+    from storage.policies import PolicyStore
+
+    cfg = flywheel_config(bench, f"vs-trl-r{round_}", str(work / "flywheel-runs"))
+
+    def cycles_until(deadline: float):
+        """Checked after each cycle, as TRL's callback checks after each step."""
+        cycle = 0
+        while cycle == 0 or time.time() < deadline:
+            yield cycle
+            cycle += 1
+
+    @flow(name="flywheel-vs-trl", flow_run_name=f"flywheel-vs-trl-{cfg.run_id}")
+    def flywheel_for(config, deadline: float):
+        """The flywheel's own cycle loop (flows/flywheel.py), stopped by wall time."""
+        return _run(config, lambda rt: cycles_until(deadline))
+
+    t0 = time.time()
+    result = flywheel_for(cfg, t0 + bench.budget_s)
+    train_s = time.time() - t0
+    lake = Lake(cfg.lake_uri, cfg.store.endpoint, cfg.store.region)
+    store = PolicyStore(lake, cfg.run_id, cfg.run_dir / "policy-cache")
+    points = []
+    for version, entry in sorted(store.manifest["versions"].items(), key=lambda kv: int(kv[0])):
+        if store.hf_dir(int(version)):
+            published = datetime.fromisoformat(entry["published_at"]).timestamp()
+            points.append({"label": f"v{version}", "version": int(version), "cycle": entry["cycle"],
+                           "t": published - t0, "dir": store.hf_dir(int(version))})  # fmt: skip
+    cycles = [
+        {"cycle": c.cycle, "t": datetime.fromisoformat(c.finished_at).timestamp() - t0,
+         "train_reward": c.mean_reward, "policy_version": c.policy_version,
+         "zero_variance_groups": c.update.get("zero_variance_groups"), "stage_s": c.stage_s}
+        for c in result.cycles
+    ]  # fmt: skip
+    return {"side": "flywheel", "round": round_, "train_s": train_s, "points": on_grid(points, bench.grid()),
+            "all_versions": len(points), "steps": cycles}  # fmt: skip
+
+
+def on_grid(points: list[dict], grid: list[float]) -> list[dict]:
+    """The first point at or after each grid time, and the last point: the same rule by
+    which TRL's callback saves."""
+    chosen = [next((p for p in points if p["t"] >= g), None) for g in grid] + points[-1:]
+    seen, out = set(), []
+    for p in chosen:
+        if p is not None and p["label"] not in seen:
+            seen.add(p["label"])
+            out.append(p)
+    return out
+
+
+# ---- the shared evaluator ----------------------------------------------------------------------
+
+
+def run_eval(bench: BenchConfig, work: Path, points: list[dict]) -> list[dict]:
+    """Greedy held-out reward of every point (the base model first) with one vLLM engine
+    that loads each saved policy in turn; rewards from the score stage's `verify`."""
+    from transformers import AutoTokenizer
+
+    from environments import get_environment
+    from environments.sandbox import make_sandbox
+    from flows.evaluate import eval_tasks
+    from flywheel.model_prep import resolve_model
+    from policy.chat import encode_chat
+    from policy.engines import SamplingSpec, make_engine
+    from policy.grpo import overlong_penalty
+    from tasks.score import verify
+
+    cfg = flywheel_config(bench, "eval", str(work / "unused"))
+    model_dir = resolve_model(cfg.model.path, cfg.model.cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tasks = eval_tasks(cfg.sampler.domains, cfg.sampler.levels, bench.eval_per_level)
+    prompts = [encode_chat(tokenizer, t.prompt) for t in tasks]
+    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    if any(len(p) > budget for p in prompts):
+        raise ValueError(f"an eval prompt is longer than max_model_len - max_tokens ({budget})")
+    envs = {d: get_environment(d) for d in cfg.sampler.domains}
+    max_tokens, buffer = cfg.sampling.max_tokens, cfg.reward.overlong_buffer
+    spec = SamplingSpec(n=1, temperature=0.0, max_tokens=max_tokens)
+    engine = make_engine(model_dir, cfg.engine, cfg.seed)
+    sandbox = make_sandbox(cfg.sandbox)
+    results, probe = [], None
+    try:
+        for point in [{"side": "base", "label": "base", "t": 0.0, "dir": model_dir}, *points]:
+            t_start = time.time()
+            engine.load_weights(point["dir"])
+            samples = [group[0] for group in engine.generate(prompts, spec)]
+            # A fixed sequence (the first prompt, the base model's answer) scored under each
+            # policy: a policy that scores it exactly as the base did was not loaded.
+            probe = probe or (prompts[0] + samples[0].token_ids, len(prompts[0]))
+            probe_logprob = round(sum(engine.prompt_logprobs([probe[0]], [probe[1]])[0]), 6)
+            if results and probe_logprob == results[0]["probe_logprob"]:
+                print(f"WARNING: {point['side']} {point['label']} scores the probe exactly as the base model")
+            verified = verify(sandbox, [(envs[t.domain], t, s.text) for t, s in zip(tasks, samples)])
+            penalties = [overlong_penalty(len(s.token_ids), max_tokens, buffer) for s in samples]
+            rewards = [v.score.reward + penalty for v, penalty in zip(verified, penalties)]
+            by_domain = {d: _mean(r for r, t in zip(rewards, tasks) if t.domain == d) for d in envs}
+            row = {k: v for k, v in point.items() if k != "dir"}
+            row.update(reward=_mean(rewards), pass_rate=_mean(v.score.verdict == "pass" for v in verified),
+                       reward_by_domain=by_domain, eval_tasks=len(tasks), probe_logprob=probe_logprob,
+                       eval_s=round(time.time() - t_start, 1))  # fmt: skip
+            results.append(row)
+            print(f"eval {point['side']:>8} {point['label']:>9} t={point['t'] / 60:6.1f} min  "
+                  f"reward {row['reward']:.3f}", flush=True)  # fmt: skip
+    finally:
+        engine.close()
+        sandbox.close()
+    return results
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return round(sum(xs) / len(xs), 4) if xs else float("nan")
+
+
+# ---- report -----------------------------------------------------------------------------------
+
+
+def time_to(points: list[dict], target: float) -> float | None:
+    """The wall time of the first point whose held-out reward reaches `target`."""
+    return next((p["t"] for p in points if p["reward"] >= target - 1e-9), None)
+
+
+def summarise(bench: BenchConfig, evaluated: list[dict]) -> list[dict]:
+    """Per round: TRL's final reward, the time each side needed to reach it, the ratio."""
+    base = next(p for p in evaluated if p["side"] == "base")
+    out = []
+    for round_ in range(bench.rounds):
+        curve = {s: [base] + [p for p in evaluated if p["side"] == s and p["round"] == round_] for s in SIDES}
+        target = curve["trl"][-1]["reward"]
+        row = {"round": round_, "order": "-".join(bench.side_order(round_)), "base_reward": base["reward"],
+               "trl_final_reward": target, "flywheel_final_reward": curve["flywheel"][-1]["reward"]}
+        if target <= base["reward"]:
+            row["note"] = "TRL did not improve on the base model within the budget: no time to compare"
+        else:
+            row["trl_s"] = time_to(curve["trl"], target)
+            row["flywheel_s"] = time_to(curve["flywheel"], target)
+            if row["flywheel_s"] is None:
+                row["note"] = "the flywheel never reached TRL's final reward"
+            else:
+                row["ratio"] = round(row["flywheel_s"] / row["trl_s"], 3)
+                row["target_met"] = row["ratio"] <= 1 / 3
+        out.append(row)
+    return out
+
+
+def table(bench: BenchConfig, evaluated: list[dict], summary: list[dict]) -> str:
+    base = next(p for p in evaluated if p["side"] == "base")
+    levels = ", ".join(map(str, bench.levels))
+    head = (f"Held-out mean reward (greedy, {base['eval_tasks']} tasks: {', '.join(bench.domains)} "
+            f"level {levels}) against training wall time, budget {bench.minutes:g} min per side; "
+            f"base model {base['reward']:.3f}")
+    lines = [head, ""]
+    for round_ in range(bench.rounds):
+        curves = {s: [p for p in evaluated if p["side"] == s and p["round"] == round_] for s in SIDES}
+        lines += [f"Round {round_} ({' first, then '.join(bench.side_order(round_))})", "",
+                  "| # | TRL policy | min | reward | flywheel policy | min | reward |",
+                  "|---|---|---|---|---|---|---|"]
+        for i in range(max(len(c) for c in curves.values())):
+            cells = []
+            for s in SIDES:
+                p = curves[s][i] if i < len(curves[s]) else None
+                cells += [p["label"], f"{p['t'] / 60:.1f}", f"{p['reward']:.3f}"] if p else ["", "", ""]
+            lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+        lines.append("")
+    for row in summary:
+        if "ratio" in row:
+            verdict = "met" if row["target_met"] else "not met"
+            trl_min, ours_min = row["trl_s"] / 60, row["flywheel_s"] / 60
+            lines.append(f"Round {row['round']}: TRL's final reward {row['trl_final_reward']:.3f}: TRL got "
+                         f"there at {trl_min:.1f} min, the flywheel at {ours_min:.1f} min; "
+                         f"ratio {row['ratio']:.2f} (target <= 0.33: {verdict})")  # fmt: skip
+        else:
+            finals = (f"TRL final {row['trl_final_reward']:.3f}, "
+                      f"flywheel final {row['flywheel_final_reward']:.3f}, base {row['base_reward']:.3f}")
+            lines.append(f"Round {row['round']}: {row['note']} ({finals})")
+    return "\n".join(lines) + "\n"
+
+
+def plot(bench: BenchConfig, evaluated: list[dict], summary: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = next(p for p in evaluated if p["side"] == "base")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colors = {"trl": "tab:orange", "flywheel": "tab:blue"}
+    names = {"trl": "TRL GRPOTrainer", "flywheel": "flywheel"}
+    for round_ in range(bench.rounds):
+        for side in SIDES:
+            curve = [base] + [p for p in evaluated if p["side"] == side and p["round"] == round_]
+            label = names[side] + (f" (round {round_})" if bench.rounds > 1 else "")
+            minutes, rewards = [p["t"] / 60 for p in curve], [p["reward"] for p in curve]
+            style = "-" if round_ % 2 == 0 else "--"
+            ax.plot(minutes, rewards, marker="o", color=colors[side], linestyle=style, label=label)
+    for row in summary:
+        ax.axhline(row["trl_final_reward"], color="gray", linewidth=0.8, linestyle=":")
+    ax.axvline(bench.minutes, color="black", linewidth=0.8, linestyle=":", label="budget")
+    ax.set_xlabel("training wall time (min; evaluation excluded)")
+    ax.set_ylabel("held-out mean reward (greedy)")
+    ax.set_title(f"{', '.join(bench.domains)} L{','.join(map(str, bench.levels))}: time to reward")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---- the driver --------------------------------------------------------------------------------
+
+
+def phase(name: str, spec: Path, round_: int, log) -> dict:
+    """One side (or the evaluation) in a fresh process: the same start for both, and vLLM,
+    DeepSpeed and TRL never share a process. A side already finished in a reused
+    `--work-dir` is not run again."""
+    out = spec.parent / f"{name}-r{round_}.json"
+    if name != "eval" and out.exists():
+        log(f"== {name} (round {round_}): reusing {out}")
+        return json.loads(out.read_text())
+    paths = [str(REPO), os.environ.get("PYTHONPATH")]  # this checkout's packages first
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    load_before = os.getloadavg()
+    started = time.time()
+    log(f"== {name} (round {round_}) ...")
+    argv = [sys.executable, __file__, "--phase", name, "--spec", str(spec), "--round", str(round_)]
+    subprocess.run([*argv, "--result", str(out)], env=env, cwd=REPO, check=True)
+    result = json.loads(out.read_text())
+    result.update(process_s=round(time.time() - started, 1), load_before=load_before)
+    result["load_after"] = os.getloadavg()
+    out.write_text(json.dumps(result, indent=1))
+    log(f"== {name} (round {round_}) done in {result['process_s'] / 60:.1f} min")
+    return result
+
+
+def prepare_work_dir(bench: BenchConfig) -> tuple[Path, Path]:
+    """The work dir and its spec. A reused dir must have been made by the same training
+    flags (evaluation flags may change), or its finished sides would not compare."""
+    work = Path(bench.work_dir or tempfile.mkdtemp(prefix="vs-trl-"))
+    work.mkdir(parents=True, exist_ok=True)
+    spec = work / "spec.json"
+    evaluation_only = ("out", "keep_weights", "eval_per_level")
+    training = {k: v for k, v in dataclasses.asdict(bench).items() if k not in evaluation_only}
+    if spec.exists():
+        before = json.loads(spec.read_text())["bench"]
+        changed = sorted(k for k in training if before.get(k) != training[k])
+        if changed:
+            raise SystemExit(f"--work-dir {work} was made with other flags: {', '.join(changed)}")
+    spec.write_text(json.dumps({"bench": dataclasses.asdict(bench), "work": str(work)}))
+    return work, spec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    d = BenchConfig()
+    ap.add_argument("--minutes", type=float, default=d.minutes, help="wall budget per side")
+    ap.add_argument("--domains", default=",".join(d.domains))
+    ap.add_argument("--levels", default=",".join(map(str, d.levels)))
+    ap.add_argument("--eval-per-level", type=int, default=d.eval_per_level)
+    ap.add_argument("--eval-points", type=int, default=d.eval_points)
+    ap.add_argument("--order", choices=["trl-first", "flywheel-first"], default=d.order)
+    ap.add_argument("--rounds", type=int, default=d.rounds, help="later rounds alternate the order")
+    ap.add_argument("--recipe", default=d.recipe)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="a config override a.b=v")
+    ap.add_argument("--same-task-order", action="store_true", help="flywheel without replay and curriculum")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--work-dir", default="", help="kept, finished sides reused (default: a temp dir)")
+    ap.add_argument("--keep-weights", action="store_true")
+    ap.add_argument("--phase", choices=[*SIDES, "eval"], help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    ap.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.phase:  # a child process: one side, or the evaluation
+        bench, work = load(args.spec)
+        if args.phase == "eval":
+            result = {"points": run_eval(bench, work, json.loads((work / "to-evaluate.json").read_text()))}
+        else:
+            result = {"trl": run_trl, "flywheel": run_flywheel}[args.phase](bench, work, args.round)
+        Path(args.result).write_text(json.dumps(result, indent=1))
+        return
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    bench = BenchConfig(
+        minutes=args.minutes, domains=args.domains.split(","), levels=[int(v) for v in args.levels.split(",")],
+        eval_per_level=args.eval_per_level, eval_points=args.eval_points, order=args.order, rounds=args.rounds,
+        recipe=args.recipe, overrides=args.overrides, same_task_order=args.same_task_order, model=args.model,
+        out=args.out or str(REPO / "runs" / "vs-trl" / stamp), work_dir=args.work_dir,
+        keep_weights=args.keep_weights,
+    )  # fmt: skip
+    out = Path(bench.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work, spec = prepare_work_dir(bench)
+
+    def log(msg: str) -> None:
+        print(f"[{datetime.now().strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    log(f"vs_trl: {bench.minutes:g} min per side, {bench.rounds} round(s), work dir {work}, report to {out}")
+    runs = []
+    try:
+        for round_ in range(bench.rounds):
+            for side in bench.side_order(round_):
+                runs.append(phase(side, spec, round_, log))
+        to_eval = [{**p, "side": r["side"], "round": r["round"]} for r in runs for p in r["points"]]
+        (work / "to-evaluate.json").write_text(json.dumps(to_eval))
+        evaluation = phase("eval", spec, 0, log)
+    finally:
+        if not bench.keep_weights and not bench.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    evaluated = evaluation["points"]
+    summary = summarise(bench, evaluated)
+    config = flywheel_config(bench, "vs-trl", "runs").model_dump(mode="json")
+    report = {"bench": dataclasses.asdict(bench), "flywheel_config": config, "cpus": os.cpu_count(),
+              "runs": runs, "evaluation": evaluation, "summary": summary}  # fmt: skip
+    (out / "points.json").write_text(json.dumps(report, indent=1))
+    text = table(bench, evaluated, summary)
+    (out / "table.md").write_text(text)
+    plot(bench, evaluated, summary, out / "curves.png")
+    print()
+    print(text)
+    for r in runs:
+        unit = "steps" if r["side"] == "trl" else "cycles"
+        first = f"{r['steps'][0]['t']:.0f} s" if r["steps"] else "never"
+        print(f"{r['side']:>8} round {r['round']}: trained {r['train_s'] / 60:.1f} min, {len(r['steps'])} "
+              f"{unit} (the first done at {first}, start-up included), load average "
+              f"{r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}")  # fmt: skip
+    log(f"wrote {out / 'points.json'}, {out / 'table.md'}, {out / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""bench/vs_trl.py's bookkeeping, without training anything: TRL's knobs come from the
+flywheel's config, both sides' policies are picked by one rule, and the report's time to
+TRL's final reward and ratio."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location("vs_trl", Path(__file__).parents[1] / "bench" / "vs_trl.py")
+vs_trl = sys.modules.setdefault("vs_trl", importlib.util.module_from_spec(spec))  # benches are scripts
+spec.loader.exec_module(vs_trl)
+
+
+def test_trl_gets_the_flywheel_recipe_knobs(tmp_path):
+    pytest.importorskip("trl")
+    bench = vs_trl.BenchConfig(domains=["code"], overrides=["trainer.learning_rate=3e-5"])
+    cfg = vs_trl.flywheel_config(bench, "x", str(tmp_path))
+    assert cfg.sampler.domains == ["code"] and cfg.sampler.levels == [1] and cfg.store.keep_policy_exports > 1000
+    args = vs_trl.trl_args(cfg, str(tmp_path / "trl"))
+    assert (args.learning_rate, args.epsilon, args.epsilon_high, args.beta) == (3e-5, 0.2, 0.28, 0.0)
+    assert args.num_generations == cfg.sampling.k == 8 and args.max_completion_length == cfg.sampling.max_tokens
+    assert args.generation_batch_size == cfg.sampling.k * cfg.sampler.tasks_per_cycle  # one step per cycle's worth
+    assert (args.lr_scheduler_type, args.loss_type, args.num_iterations, args.shuffle_dataset) == (
+        "constant", "dapo", 1, False,
+    )  # fmt: skip
+
+
+def test_both_sides_are_picked_on_one_grid_and_the_ratio_is_reported(tmp_path):
+    bench = vs_trl.BenchConfig(minutes=10, eval_points=2)
+    assert bench.grid() == [300.0, 600.0]
+    versions = [{"label": f"v{i}", "t": t} for i, t in enumerate([100, 250, 320, 500, 640, 700])]
+    assert [p["label"] for p in vs_trl.on_grid(versions, bench.grid())] == ["v2", "v4", "v5"]
+    base = {"side": "base", "label": "base", "t": 0.0, "reward": 0.1, "eval_tasks": 8}
+    evaluated = [
+        base,
+        {"side": "trl", "round": 0, "label": "step 3", "t": 310.0, "reward": 0.3},
+        {"side": "trl", "round": 0, "label": "step 6", "t": 605.0, "reward": 0.25},
+        {"side": "flywheel", "round": 0, "label": "v2", "t": 90.0, "reward": 0.26},
+        {"side": "flywheel", "round": 0, "label": "v4", "t": 300.0, "reward": 0.4},
+    ]
+    [row] = vs_trl.summarise(bench, evaluated)
+    # TRL's final is 0.25, which it first reached at 310 s; the flywheel at 90 s
+    assert (row["trl_s"], row["flywheel_s"], row["ratio"], row["target_met"]) == (310.0, 90.0, 0.29, True)
+    assert "ratio 0.29 (target <= 0.33: met)" in vs_trl.table(bench, evaluated, [row])
+    vs_trl.plot(bench, evaluated, [row], tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    flat = [base, {**evaluated[1], "reward": 0.1}, evaluated[3]]
+    assert "did not improve" in vs_trl.summarise(bench, flat)[0]["note"]
+    json.dumps(row)
+
+
+def test_a_reused_work_dir_must_match_the_training_flags(tmp_path):
+    bench = vs_trl.BenchConfig(work_dir=str(tmp_path))
+    vs_trl.prepare_work_dir(bench)
+    vs_trl.prepare_work_dir(vs_trl.BenchConfig(work_dir=str(tmp_path), eval_per_level=4))  # evaluation only
+    with pytest.raises(SystemExit, match="minutes"):
+        vs_trl.prepare_work_dir(vs_trl.BenchConfig(work_dir=str(tmp_path), minutes=5))
+
+
+@pytest.mark.integration
+def test_the_whole_bench_runs_on_a_tiny_model(tiny_model, tmp_path):
+    """Both sides (TRL, and the flywheel with vLLM, DeepSpeed and bubblewrap), the shared
+    evaluator and the report, on a random-weight model for a budget of seconds: each
+    side runs one step or cycle and stops."""
+    pytest.importorskip("trl")
+    import subprocess
+
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable, str(Path(vs_trl.__file__)), "--model", tiny_model, "--minutes", "0.05",
+        "--eval-per-level", "1", "--eval-points", "1", "--order", "flywheel-first", "--out", str(out),
+        "--set", "sampler.tasks_per_cycle=2", "--set", "sampling.k=2", "--set", "sampling.max_tokens=8",
+        # A random model fails everything, so every advantage is 0: train on the equal rewards
+        # anyway, with weight decay (both sides), so that each side's weights really change.
+        "--set", "trainer.drop_zero_variance_groups=false", "--set", "trainer.weight_decay=0.5",
+        "--set", "trainer.learning_rate=1e-2",
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, timeout=1200)
+    report = json.loads((out / "points.json").read_text())
+    runs = {r["side"]: r for r in report["runs"]}
+    assert [r["side"] for r in report["runs"]] == ["flywheel", "trl"]
+    assert len(runs["trl"]["steps"]) == 1 and runs["trl"]["same_prompt_ids"] and runs["trl"]["steps"][0]["rollout_s"] > 0
+    assert len(runs["flywheel"]["steps"]) == 1 and runs["flywheel"]["all_versions"] == 1
+    evaluated = report["evaluation"]["points"]
+    assert [(p["side"], p["label"]) for p in evaluated] == [("base", "base"), ("flywheel", "v1"), ("trl", "step 1")]
+    assert len({p["probe_logprob"] for p in evaluated}) == 3  # each policy really was loaded
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and "Round 0" in (out / "table.md").read_text()
