@@ -57,10 +57,10 @@ def verify(sandbox, pairs: list[tuple[Environment, TaskSpec, str]], advance=lamb
 def score(rt, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> list[Trajectory]:
     """The trajectories, scored, in their order. The work runs where `fanout` says
     (flywheel/fanout.py): here, or in shards of trajectories on Ray."""
-    return rt.fanout.map(verify, trajectories, tasks=tasks)
+    return rt.fanout.map(score_trajectories, trajectories, tasks=tasks)
 
 
-def verify(rt, trajectories: list[Trajectory], tasks: list[TaskSpec]) -> list[Trajectory]:
+def score_trajectories(rt, trajectories: list[Trajectory], tasks: list[TaskSpec]) -> list[Trajectory]:
     """Score `trajectories` (any slice of a stage's list) against their `tasks`."""
     by_id = {t.task_id: t for t in tasks}
     envs = {d: get_environment(d) for d in {t.domain for t in tasks}}

@@ -4,7 +4,7 @@ A worker has none of the driver's live parts (the Runtime holds processes and ca
 pickled), so a shard receives the config and the policy version and rebuilds what the
 stage body reads. `ShardRuntime` offers the attributes the bodies use (config, run_id,
 policy_version, tokenizer, sandbox, engine), and the bodies are the very functions the
-local path runs on the driver's Runtime (tasks.generate.rollouts, tasks.score.verify),
+local path runs on the driver's Runtime (tasks.generate.rollouts, tasks.score.score_trajectories),
 so a shard's records are made by the same code.
 
 Live parts are built on first use and cached in this module, one set per worker process:

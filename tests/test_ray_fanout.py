@@ -246,7 +246,7 @@ def test_score_shards_give_the_local_scores_on_both_workers(rt, rollouts_both, c
     verdicts = {t.verdict for t in scored}
     assert "pass" in verdicts and verdicts & {"fail", "no_code"} and "pending" not in verdicts
     placements = rt.fanout.placements[start:]
-    assert [p["stage"] for p in placements] == ["verify", "verify"]
+    assert [p["stage"] for p in placements] == ["score_trajectories", "score_trajectories"]
     assert {p["node_id"] for p in placements} == cluster.worker_ids
 
 
@@ -309,7 +309,7 @@ def test_a_cycle_from_the_cli_on_a_local_ray(tiny_model, seaweedfs, tmp_path):
     assert proc.returncode == 0, out[-4000:]
     assert not gone_within(30, lambda: ray_processes_of(proc.pid))  # the run's own Ray stopped with the run
     assert out.count("Starting temporary server") == 1, out[-4000:]
-    assert "Started a local Ray instance" in out and "rollouts-shard 2/2" in out and "verify-shard 2/2" in out
+    assert "Started a local Ray instance" in out and "rollouts-shard 2/2" in out and "score_trajectories-shard 2/2" in out
     assert re.search(r"fan-out on a Ray of 1 nodes at\s+127\.0\.0\.1\s", out)  # loopback, not the machine's address
     lake = Lake("s3://flywheel-test/fanout-cli", seaweedfs)
     assert lake.committed_cycles("cli") == [0]
