@@ -47,7 +47,7 @@ def run(mode: str, lag: int, args, runs_dir: Path) -> Path:
     return runs_dir / mode
 
 
-def steady_state(run_dir: Path, skip: int) -> dict:
+def steady_state(run_dir: Path, skip: int, lag: int) -> dict:
     cycles = [json.loads(x) for x in (run_dir / "cycles.jsonl").read_text().splitlines()]
     updates = {u["cycle"]: u for u in map(json.loads, (run_dir / "updates.jsonl").read_text().splitlines())}
     ends = [datetime.fromisoformat(c["finished_at"]).timestamp() for c in cycles]
@@ -55,8 +55,8 @@ def steady_state(run_dir: Path, skip: int) -> dict:
     for i in range(skip, len(cycles)):
         c = cycles[i]
         rollout = sum(c["stage_s"].get(s, 0.0) for s in ROLLOUT_STAGES)
-        # the update overlapping cycle c: in sync mode c's own, in async mode c - 1's
-        u = updates.get(c["cycle"] if c["stage_s"].get("update", 0) > 1 else c["cycle"] - 1, {})
+        # the update beside cycle c: in sync mode c's own, in async mode the one of c - lag
+        u = updates.get(c["cycle"] - lag, {})
         update = u.get("update_s", 0.0) + u.get("sync_s", 0.0)
         rows.append({"cycle": ends[i] - ends[i - 1], "rollout": rollout, "update": update})
     mean = lambda key: statistics.mean(r[key] for r in rows)  # noqa: E731
@@ -79,8 +79,8 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-async-") as tmp:
         for mode in args.order.split(","):
-            run_dir = run(mode, {"sync": 0, "async": 1}[mode], args, Path(tmp))
-            results[mode] = steady_state(run_dir, args.skip)
+            lag = {"sync": 0, "async": 1}[mode]
+            results[mode] = steady_state(run(mode, lag, args, Path(tmp)), args.skip, lag)
             print(f"[{mode}] " + json.dumps({k: round(v, 1) for k, v in results[mode].items()}), flush=True)
     s, a = results["sync"], results["async"]
     print(f"\nsteady state over cycles {args.skip}..{args.cycles - 1} (seconds per cycle)")
