@@ -232,13 +232,13 @@ def comparable(tr) -> dict:
 
 
 def test_score_shards_give_the_local_scores_on_both_workers(rt, rollouts_both, cluster):
-    from tasks.score import score, verify
+    from tasks.score import score, score_trajectories
 
     tasks, on_ray, _, _, _ = rollouts_both
     pending = with_answers(on_ray, tasks)
     start = len(rt.fanout.placements)
     scored, _ = in_flow("score", lambda: score(rt, tasks, pending))
-    local = LocalFanout(rt).map(verify, pending, tasks=tasks)
+    local = LocalFanout(rt).map(score_trajectories, pending, tasks=tasks)
     assert len(scored) == len(local)
     diffs = [(i, k, a[k], b[k]) for i, (a, b) in enumerate(zip(map(comparable, scored), map(comparable, local)))
              for k in a if a[k] != b[k]]  # fmt: skip
