@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 from storage.compact import compact, file_count
 from storage.lake import Lake
 from storage.query import connect, select_replay
-from storage.schema import TRAJECTORY_SCHEMA
+from storage.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
 from storage.synthetic import cycle_tables
 
 from .test_schema import write_v1_cycle
@@ -50,7 +50,7 @@ def test_compaction_keeps_every_answer(tmp_path):
     # cycle 0's v1 rows now live in files of the current schema (their new fields null)
     for path in lake.dataset("trajectories", "r").files:
         schema = pq.read_schema(path)
-        assert schema.names == TRAJECTORY_SCHEMA.names and schema.metadata[b"flywheel.schema_version"] == b"2"
+        assert schema.names == TRAJECTORY_SCHEMA.names and schema.metadata[b"flywheel.schema_version"] == str(SCHEMA_VERSION).encode()
     # more cycles, then a wider compaction supersedes the first
     build(lake, "r", range(10, 14))
     before = answers(lake, "r")
