@@ -64,7 +64,7 @@ def test_a_reused_work_dir_must_match_the_training_flags(tmp_path):
 def test_the_whole_bench_runs_on_a_tiny_model(tiny_model, tmp_path):
     """Both sides (TRL, and the flywheel with vLLM, DeepSpeed and bubblewrap), the shared
     evaluator and the report, on a random-weight model for a budget of seconds: each
-    side runs one step or cycle and stops."""
+    side runs a step or cycle or two (how many depends on the machine's speed) and stops."""
     pytest.importorskip("trl")
     import subprocess
 
@@ -82,9 +82,10 @@ def test_the_whole_bench_runs_on_a_tiny_model(tiny_model, tmp_path):
     report = json.loads((out / "points.json").read_text())
     runs = {r["side"]: r for r in report["runs"]}
     assert [r["side"] for r in report["runs"]] == ["flywheel", "trl"]
-    assert len(runs["trl"]["steps"]) == 1 and runs["trl"]["same_prompt_ids"] and runs["trl"]["steps"][0]["rollout_s"] > 0
-    assert len(runs["flywheel"]["steps"]) == 1 and runs["flywheel"]["all_versions"] == 1
+    assert runs["trl"]["steps"] and runs["trl"]["same_prompt_ids"] and runs["trl"]["steps"][0]["rollout_s"] > 0
+    assert runs["flywheel"]["steps"] and runs["flywheel"]["all_versions"] == len(runs["flywheel"]["steps"])
     evaluated = report["evaluation"]["points"]
-    assert [(p["side"], p["label"]) for p in evaluated] == [("base", "base"), ("flywheel", "v1"), ("trl", "step 1")]
+    assert [p["side"] for p in evaluated] == ["base", "flywheel", "trl"]
+    assert evaluated[1]["label"].startswith("v") and evaluated[2]["label"].startswith("step ")
     assert len({p["probe_logprob"] for p in evaluated}) == 3  # each policy really was loaded
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and "Round 0" in (out / "table.md").read_text()
