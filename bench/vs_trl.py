@@ -56,20 +56,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import flywheel  # noqa: F401  (offline defaults: no hub, no telemetry; children inherit them)
 
 REPO = Path(__file__).resolve().parents[1]
-SIDES = ("trl", "flywheel")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the two halves below, also when loaded by path
+from vs_trl_report import SIDES, plot, summarise, table, time_to  # noqa: F401
+from vs_trl_trl import run_trl, trl_args  # noqa: F401
 
 
 @dataclasses.dataclass
@@ -122,154 +123,6 @@ def flywheel_config(bench: BenchConfig, run_id: str, runs_dir: str):
 def load(spec: str) -> tuple[BenchConfig, Path]:
     data = json.loads(Path(spec).read_text())
     return BenchConfig(**data["bench"]), Path(data["work"])
-
-
-# ---- the TRL side ------------------------------------------------------------------------------
-
-
-def train_stream(cfg, steps: int, tokenizer) -> list:
-    """The flywheel sampler's fresh tasks for cycles 0..steps-1 in order, `tasks_per_cycle`
-    per cycle, without prompts the flywheel would quarantine as too long."""
-    from policy.chat import encode_chat
-    from tasks.sample import fresh_plan, fresh_tasks
-
-    plan = fresh_plan(cfg.sampler.domains, cfg.sampler.levels, cfg.sampler.tasks_per_cycle)
-    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
-    tasks = [t for cycle in range(steps) for t in fresh_tasks(cfg.seed, cycle, plan)]
-    return [t for t in tasks if len(encode_chat(tokenizer, t.prompt)) <= budget]
-
-
-def make_reward(cfg, tasks, sandbox):
-    """TRL's reward function: the flywheel's verifier and penalties, nothing else."""
-    from environments import get_environment
-    from policy.grpo import overlong_penalty
-    from tasks.score import verify
-
-    by_id = {t.task_id: t for t in tasks}
-    envs = {d: get_environment(d) for d in cfg.sampler.domains}
-    max_tokens, buffer = cfg.sampling.max_tokens, cfg.reward.overlong_buffer
-
-    def flywheel_reward(prompts, completions, completion_ids, task_id, **_):
-        pairs = [(envs[by_id[i].domain], by_id[i], c[-1]["content"]) for i, c in zip(task_id, completions)]
-        verified = verify(sandbox, pairs)
-        penalties = [overlong_penalty(len(ids), max_tokens, buffer) for ids in completion_ids]
-        return [v.score.reward + penalty for v, penalty in zip(verified, penalties)]
-
-    return flywheel_reward
-
-
-def trl_args(cfg, output_dir: str):
-    """GRPOConfig with every knob TRL shares with the flywheel set from `cfg`."""
-    from trl import GRPOConfig
-
-    t, s = cfg.trainer, cfg.sampling
-    return GRPOConfig(
-        output_dir=output_dir, use_cpu=True, use_vllm=False, bf16=False, fp16=False,
-        model_init_kwargs={"dtype": "float32"},
-        gradient_checkpointing=False,  # TRL turns it on by default: off is faster, and memory is ample here
-        num_generations=s.k, per_device_train_batch_size=s.k,
-        gradient_accumulation_steps=cfg.sampler.tasks_per_cycle,  # = prompts per optimizer step
-        num_iterations=1, max_completion_length=s.max_tokens,
-        temperature=s.temperature, top_p=s.top_p, top_k=0,
-        learning_rate=t.learning_rate, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
-        weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm,
-        epsilon=t.clip_eps_low, epsilon_high=t.clip_eps_high, beta=t.kl_coef,
-        loss_type={"token_mean": "dapo", "seq_mean": "grpo"}[t.loss_aggregation], scale_rewards="group",
-        shuffle_dataset=False,  # the stream's order: step i gets cycle i's tasks
-        max_steps=10**6, save_strategy="no", report_to="none", logging_steps=1, disable_tqdm=True,
-        seed=cfg.seed, dataloader_num_workers=0,
-    )  # fmt: skip
-
-
-def trl_clock(t0: float, budget_s: float, grid: list[float], save_root: Path):
-    """A TrainerCallback: saves the policy at the first step end past each grid time (the
-    save excluded from the clock) and stops training once the clock passes the budget."""
-    from transformers import TrainerCallback
-
-    class WallClock(TrainerCallback):
-        def __init__(self):
-            self.excluded, self.grid, self.points, self.steps = 0.0, list(grid), [], []
-            self.rollout_s = 0.0  # generation and reward since the last step: the rest is the update
-
-        def elapsed(self) -> float:
-            return time.time() - t0 - self.excluded
-
-        def on_step_end(self, args, state, control, model=None, **kwargs):
-            t = self.elapsed()
-            if not (self.grid and t >= self.grid[0]) and t < budget_s:
-                return
-            while self.grid and t >= self.grid[0]:
-                self.grid.pop(0)
-            saved = time.time()
-            path = save_root / f"step-{state.global_step}"
-            model.save_pretrained(path, safe_serialization=True)
-            self.excluded += time.time() - saved
-            self.points.append({"label": f"step {state.global_step}", "step": state.global_step, "t": t,
-                                "dir": str(path)})  # fmt: skip
-            if t >= budget_s:
-                control.should_training_stop = True
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "reward" in logs:
-                extra = {k: logs[k] for k in ("frac_reward_zero_std", "step_time") if k in logs}
-                step = {"step": state.global_step, "t": self.elapsed(), "train_reward": logs["reward"]}
-                self.steps.append({**step, **extra, "rollout_s": round(self.rollout_s, 2)})
-                self.rollout_s = 0.0
-
-    return WallClock()
-
-
-def time_rollouts(trainer, clock) -> None:
-    """Time TRL's rollout (generation and reward; a private method of TRL 1.16, left alone
-    when absent) apart from its update, as the flywheel's stages are."""
-    rollout = getattr(trainer, "_generate_and_score_completions", None)
-    if rollout is None:
-        return
-
-    def timed(*args, **kwargs):
-        started = time.time()
-        try:
-            return rollout(*args, **kwargs)
-        finally:
-            clock.rollout_s += time.time() - started
-
-    trainer._generate_and_score_completions = timed
-
-
-def run_trl(bench: BenchConfig, work: Path, round_: int) -> dict:
-    from datasets import Dataset
-    from transformers import AutoTokenizer
-    from trl import GRPOTrainer
-
-    from environments.sandbox import make_sandbox
-    from flywheel.model_prep import resolve_model
-    from policy.chat import encode_chat
-
-    cfg = flywheel_config(bench, f"trl-r{round_}", str(work / "unused"))
-    model_dir = resolve_model(cfg.model.path, cfg.model.cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tasks = train_stream(cfg, math.ceil(bench.budget_s / 5) + 1, tokenizer)  # no step here is as short as 5 s
-    dataset = Dataset.from_list([{"prompt": t.prompt, "task_id": t.task_id} for t in tasks])
-    # The prompt ids TRL builds (chat template, tokenized) must be the ones the flywheel uses.
-    trl_ids = tokenizer.apply_chat_template(tasks[0].prompt, add_generation_prompt=True, return_dict=True)
-    same_prompt_ids = list(trl_ids["input_ids"]) == encode_chat(tokenizer, tasks[0].prompt)
-    save_root = work / f"trl-r{round_}"
-    t0 = time.time()
-    sandbox = make_sandbox(cfg.sandbox)
-    clock = trl_clock(t0, bench.budget_s, bench.grid(), save_root)
-    try:
-        reward = make_reward(cfg, tasks, sandbox)
-        trainer = GRPOTrainer(
-            model=model_dir, reward_funcs=reward, args=trl_args(cfg, str(save_root / "trainer")),
-            train_dataset=dataset, processing_class=tokenizer, callbacks=[clock],
-        )  # fmt: skip
-        time_rollouts(trainer, clock)
-        trainer.train()
-    finally:
-        sandbox.close()
-    return {"side": "trl", "round": round_, "train_s": clock.elapsed(),
-            "excluded_save_s": clock.excluded, "points": clock.points, "steps": clock.steps,
-            "same_prompt_ids": same_prompt_ids}  # fmt: skip
 
 
 # ---- the flywheel side -------------------------------------------------------------------------
@@ -393,99 +246,6 @@ def _mean(xs) -> float:
     return round(sum(xs) / len(xs), 4) if xs else float("nan")
 
 
-# ---- report -----------------------------------------------------------------------------------
-
-
-def time_to(points: list[dict], target: float) -> float | None:
-    """The wall time of the first point whose held-out reward reaches `target`."""
-    return next((p["t"] for p in points if p["reward"] >= target - 1e-9), None)
-
-
-def summarise(bench: BenchConfig, evaluated: list[dict]) -> list[dict]:
-    """Per round: TRL's final reward, the time each side needed to reach it, the ratio."""
-    base = next(p for p in evaluated if p["side"] == "base")
-    out = []
-    for round_ in range(bench.rounds):
-        curve = {s: [base] + [p for p in evaluated if p["side"] == s and p["round"] == round_] for s in SIDES}
-        target = curve["trl"][-1]["reward"]
-        row = {"round": round_, "order": "-".join(bench.side_order(round_)), "base_reward": base["reward"],
-               "trl_final_reward": target, "flywheel_final_reward": curve["flywheel"][-1]["reward"]}
-        if target <= base["reward"]:
-            row["note"] = "TRL did not improve on the base model within the budget: no time to compare"
-        else:
-            row["trl_s"] = time_to(curve["trl"], target)
-            row["flywheel_s"] = time_to(curve["flywheel"], target)
-            if row["flywheel_s"] is None:
-                row["note"] = "the flywheel never reached TRL's final reward"
-            else:
-                row["ratio"] = round(row["flywheel_s"] / row["trl_s"], 3)
-                row["target_met"] = row["ratio"] <= 1 / 3
-        out.append(row)
-    return out
-
-
-def table(bench: BenchConfig, evaluated: list[dict], summary: list[dict]) -> str:
-    base = next(p for p in evaluated if p["side"] == "base")
-    levels = ", ".join(map(str, bench.levels))
-    head = (f"Held-out mean reward (greedy, {base['eval_tasks']} tasks: {', '.join(bench.domains)} "
-            f"level {levels}) against training wall time, budget {bench.minutes:g} min per side; "
-            f"base model {base['reward']:.3f}")
-    lines = [head, ""]
-    for round_ in range(bench.rounds):
-        curves = {s: [p for p in evaluated if p["side"] == s and p["round"] == round_] for s in SIDES}
-        lines += [f"Round {round_} ({' first, then '.join(bench.side_order(round_))})", "",
-                  "| # | TRL policy | min | reward | flywheel policy | min | reward |",
-                  "|---|---|---|---|---|---|---|"]
-        for i in range(max(len(c) for c in curves.values())):
-            cells = []
-            for s in SIDES:
-                p = curves[s][i] if i < len(curves[s]) else None
-                cells += [p["label"], f"{p['t'] / 60:.1f}", f"{p['reward']:.3f}"] if p else ["", "", ""]
-            lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
-        lines.append("")
-    for row in summary:
-        if "ratio" in row:
-            verdict = "met" if row["target_met"] else "not met"
-            trl_min, ours_min = row["trl_s"] / 60, row["flywheel_s"] / 60
-            lines.append(f"Round {row['round']}: TRL's final reward {row['trl_final_reward']:.3f}: TRL got "
-                         f"there at {trl_min:.1f} min, the flywheel at {ours_min:.1f} min; "
-                         f"ratio {row['ratio']:.2f} (target <= 0.33: {verdict})")  # fmt: skip
-        else:
-            finals = (f"TRL final {row['trl_final_reward']:.3f}, "
-                      f"flywheel final {row['flywheel_final_reward']:.3f}, base {row['base_reward']:.3f}")
-            lines.append(f"Round {row['round']}: {row['note']} ({finals})")
-    return "\n".join(lines) + "\n"
-
-
-def plot(bench: BenchConfig, evaluated: list[dict], summary: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    base = next(p for p in evaluated if p["side"] == "base")
-    fig, ax = plt.subplots(figsize=(8, 5))
-    colors = {"trl": "tab:orange", "flywheel": "tab:blue"}
-    names = {"trl": "TRL GRPOTrainer", "flywheel": "flywheel"}
-    for round_ in range(bench.rounds):
-        for side in SIDES:
-            curve = [base] + [p for p in evaluated if p["side"] == side and p["round"] == round_]
-            label = names[side] + (f" (round {round_})" if bench.rounds > 1 else "")
-            minutes, rewards = [p["t"] / 60 for p in curve], [p["reward"] for p in curve]
-            style = "-" if round_ % 2 == 0 else "--"
-            ax.plot(minutes, rewards, marker="o", color=colors[side], linestyle=style, label=label)
-    for row in summary:
-        ax.axhline(row["trl_final_reward"], color="gray", linewidth=0.8, linestyle=":")
-    ax.axvline(bench.minutes, color="black", linewidth=0.8, linestyle=":", label="budget")
-    ax.set_xlabel("training wall time (min; evaluation excluded)")
-    ax.set_ylabel("held-out mean reward (greedy)")
-    ax.set_title(f"{', '.join(bench.domains)} L{','.join(map(str, bench.levels))}: time to reward")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 # ---- the driver --------------------------------------------------------------------------------
 
 
@@ -557,11 +317,15 @@ def main() -> None:
         if args.phase == "eval":
             result = {"points": run_eval(bench, work, json.loads((work / "to-evaluate.json").read_text()))}
         else:
-            result = {"trl": run_trl, "flywheel": run_flywheel}[args.phase](bench, work, args.round)
+            if args.phase == "trl":
+                cfg = flywheel_config(bench, f"trl-r{args.round}", str(work / "unused"))
+                result = run_trl(bench, cfg, work, args.round)
+            else:
+                result = run_flywheel(bench, work, args.round)
         Path(args.result).write_text(json.dumps(result, indent=1))
         return
 
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     bench = BenchConfig(
         minutes=args.minutes, domains=args.domains.split(","), levels=[int(v) for v in args.levels.split(",")],
         eval_per_level=args.eval_per_level, eval_points=args.eval_points, order=args.order, rounds=args.rounds,

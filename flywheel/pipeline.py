@@ -56,9 +56,18 @@ class UpdatePipeline:
         """Before a generation: wait until at most `max_lag` updates are in flight and
         sync the newest one waited for; sets the lag the next trajectories record.
         Returns seconds waited."""
+        waited = self._sync_until(self.max_lag)
+        self.rt.policy_lag = len(self.in_flight)
+        return waited
+
+    def drain(self) -> None:
+        """Wait for every update in flight and sync the last (end of a run)."""
+        self._sync_until(0)
+
+    def _sync_until(self, limit: int) -> float:
         t0 = time.monotonic()
         finished = []
-        while len(self.in_flight) > self.max_lag:
+        while len(self.in_flight) > limit:
             cycle, future = self.in_flight.pop(0)
             finished.append((cycle, future.result()))  # raises if the update failed
         waited = time.monotonic() - t0
@@ -67,16 +76,7 @@ class UpdatePipeline:
             metrics = sync.with_options(task_run_name=self._name("sync", cycle))(self.rt, result)
             for c, r in finished:
                 self._synced(c, r, metrics if c == cycle else {})
-        self.rt.policy_lag = len(self.in_flight)
         return waited
-
-    def drain(self) -> None:
-        """Wait for every update in flight and sync the last (end of a run)."""
-        self.max_lag, saved = 0, self.max_lag
-        try:
-            self.admit_rollouts()
-        finally:
-            self.max_lag = saved
 
     def abandon(self) -> None:
         """On a failure: let running updates finish (their results are in the lake) but
