@@ -27,6 +27,7 @@ entries. If the worker is not pid 1 (never the case in our backends) it refuses
 `kill(-1)` and only kills the process group.
 """
 
+import _signal
 import gc
 import json
 import os
@@ -43,8 +44,9 @@ FAST_FLAGS = {"-I", "-S", "-u", "-B", "-E", "-s"}
 RLIMITS = {"memory_mb": ("RLIMIT_AS", 1 << 20), "cpu_s": ("RLIMIT_CPU", 1),
            "max_procs": ("RLIMIT_NPROC", 1), "file_size_mb": ("RLIMIT_FSIZE", 1 << 20)}
 SNAPSHOT_MAX = 64 << 20
-IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-           signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+IGNORED = tuple(int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                                 signal.SIGUSR2, signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU))
+EXEC_ENV = {"PATH": "/usr/bin:/bin", "HOME": WORK, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
 snapshot = {}
 
 
@@ -97,7 +99,31 @@ def fast_path(argv):
     return None
 
 
-def child(req, stdin_fd, out_w, err_w, keep):
+def prepare(req, keep):
+    """What the child needs, worked out in the worker before the fork: a child pays a
+    copy-on-write fault for every page it writes, the worker only a cheap one, so the
+    child only applies what is computed here. (A `SCRIPT.py` is read in the child: it
+    is the code's own file, which the worker never opens.)"""
+    lim = req["limits"]
+    rlimits = [(getattr(resource, name), int(lim[key] * unit)) for key, (name, unit) in RLIMITS.items()]
+    rlimits += [(resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_CORE, 0)]
+    argv = req.get("argv") or ["python", "-c", req.get("code", "")]
+    fast = fast_path(argv)
+    if fast is None:
+        prog = sys.executable if argv[0] == "python" else argv[0]
+        return rlimits, ("exec", prog, [prog, *argv[1:]])
+    code, filename, args, isolated = fast
+    if code is not None:
+        code = keep["compiled"].get(code, code)
+    path = list(keep["path"])
+    if not isolated:
+        path.insert(0, "" if filename == "<string>" else os.path.dirname(os.path.normpath(os.path.join(WORK, filename))))
+    main = type(sys)("__main__")
+    main.__dict__.update({"__file__": filename, "__builtins__": __builtins__})
+    return rlimits, ("python", code, filename, args, path, main)
+
+
+def child(rlimits, how, stdin_fd, out_w, err_w, keep):
     """In the forked child: never returns."""
     try:
         os.setsid()
@@ -106,43 +132,29 @@ def child(req, stdin_fd, out_w, err_w, keep):
         os.dup2(err_w, 2)
         os.closerange(3, 65536)  # the worker's protocol pipes above all
         for sig in IGNORED:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh python
+            _signal.signal(sig, _signal.SIG_DFL)
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # as in a fresh python
         os.chdir(WORK)
-        lim = req["limits"]
-        for key, (name, unit) in RLIMITS.items():
-            v = int(lim[key] * unit)
-            resource.setrlimit(getattr(resource, name), (v, v))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        argv = req.get("argv") or ["python", "-c", req.get("code", "")]
-        fast = fast_path(argv)
-        if fast is None:
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a fresh process would have it
-            prog = sys.executable if argv[0] == "python" else argv[0]
-            env = {"PATH": "/usr/bin:/bin", "HOME": WORK, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        for res, v in rlimits:
+            resource.setrlimit(res, (v, v))
+        if how[0] == "exec":
+            _, prog, argv = how
+            _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)  # as a fresh process would have it
             try:
-                os.execvpe(prog, [prog if argv[0] == "python" else argv[0], *argv[1:]], env)
+                os.execvpe(prog, argv, EXEC_ENV)
             except OSError as e:
                 os.write(2, f"exec failed: {argv[0]}: {e}\n".encode())
                 os._exit(127)
-        code, filename, sys.argv, isolated = fast
+        _, code, filename, sys.argv, sys.path, main = how
         if code is None:
             with open(filename, "rb") as f:
                 code = f.read()
-        else:
-            code = keep["compiled"].get(code, code)
-        sys.path[:] = keep["path"]
-        if not isolated:
-            sys.path.insert(0, "" if filename == "<string>" else os.path.dirname(os.path.abspath(filename)))
         sys.stdin, sys.stdout, sys.stderr = keep["stdio"]  # made unused in the worker: empty buffers
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-        sys.modules["__main__"] = type(sys)("__main__")
-        ns = sys.modules["__main__"].__dict__
-        ns.update({"__name__": "__main__", "__file__": filename, "__builtins__": __builtins__})
+        sys.modules["__main__"] = main
         status = 0
         try:
-            exec(code if not isinstance(code, (str, bytes)) else compile(code, filename, "exec"), ns)
+            exec(code if not isinstance(code, (str, bytes)) else compile(code, filename, "exec"), main.__dict__)
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if e.code is not None and not isinstance(e.code, int):
@@ -205,6 +217,7 @@ def precompile(req, keep):
 
 def run(req, keep):
     precompile(req, keep)
+    rlimits, how = prepare(req, keep)
     lim = req["limits"]
     cap = int(lim["output_bytes"])
     stdin_fd = os.memfd_create("stdin")
@@ -215,7 +228,7 @@ def run(req, keep):
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        child(req, stdin_fd, out_w, err_w, keep)
+        child(rlimits, how, stdin_fd, out_w, err_w, keep)
     for fd in (stdin_fd, out_w, err_w):
         os.close(fd)
     pidfd = os.pidfd_open(pid)
