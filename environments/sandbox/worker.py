@@ -310,11 +310,21 @@ def safe_path(name):
 def put(files):
     for name, content in files.items():
         p = safe_path(name)
-        os.makedirs(os.path.dirname(p), exist_ok=True)
+        if os.path.dirname(p) != WORK:
+            os.makedirs(os.path.dirname(p), exist_ok=True)
         if os.path.islink(p):
             os.unlink(p)
-        with open(p, "w") as f:
-            f.write(content)
+        write_file(p, content.encode(), 0o666)
+
+
+def write_file(path, data, mode):
+    """As open(path, "w").write(...), in plain syscalls (no io objects to build)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 def take_snapshot():
@@ -348,9 +358,7 @@ def restore(snap):
         elif kind == "l":
             os.symlink(data, p)
         else:
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-            os.write(fd, data)
-            os.close(fd)
+            write_file(p, data, mode)
 
 
 def handle(req, keep):
