@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import marshal
 import struct
 import threading
 import time
@@ -30,6 +31,7 @@ from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspac
 GRACE_S = 10.0  # for the worker's own bookkeeping beyond the code's wall time
 START_TIMEOUT_S = 60.0
 WORKER_SOURCE = (Path(__file__).parent / "worker.py").read_text()
+RUN_REPLY = struct.Struct("<cibdII")  # as in worker.py: b"R", exit code, flags, duration, len(out), len(err)
 
 # bwrap's --die-with-parent is tied to the *thread* that spawned it: spawn every worker
 # from one thread that lives as long as the process, never from a short-lived map() thread.
@@ -67,13 +69,14 @@ class Worker:
 
     def _recv(self, deadline: float) -> dict:
         (n,) = struct.unpack(">I", self.transport.recv(4, deadline))
-        return json.loads(self.transport.recv(n, deadline))
+        data = self.transport.recv(n, deadline)
+        return decode_run(data) if data[:1] == b"R" else json.loads(data)
 
     def call(self, req: dict, timeout: float) -> dict:
         if self.dead:
             raise WorkerDied("worker is dead")
         try:
-            data = json.dumps(req).encode()
+            data = marshal.dumps(req)
             self.transport.send(struct.pack(">I", len(data)) + data)
             reply = self._recv(time.monotonic() + timeout)
         except Exception as exc:
@@ -86,6 +89,18 @@ class Worker:
     def kill(self) -> None:
         self.dead = True
         self.transport.kill()
+
+
+def decode_run(data: bytes) -> dict:
+    """A run's result: a fixed struct, then stdout's and stderr's bytes (decoded here).
+    Only struct and slicing touch what the sandbox sent: never marshal or pickle."""
+    _, code, flags, duration, n_out, n_err = RUN_REPLY.unpack_from(data)
+    start = RUN_REPLY.size
+    if start + n_out + n_err != len(data):
+        raise ValueError("malformed run reply")
+    return {"exit_code": code, "stdout": data[start:start + n_out].decode("utf-8", "replace"),
+            "stderr": data[start + n_out:].decode("utf-8", "replace"), "duration_s": duration,
+            "timed_out": bool(flags & 1), "truncated": bool(flags & 2)}  # fmt: skip
 
 
 class PoolWorkspace(Workspace):

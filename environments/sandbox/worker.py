@@ -5,7 +5,11 @@ host sends this file's source as `python3 -I -c SOURCE`, so neither the host's
 interpreter, packages nor environment ever enter the sandbox.
 
 Protocol: on stdin/stdout, each message is a 4-byte big-endian length followed by that
-many bytes of JSON. One request, one reply, in order. Requests (`op`):
+many bytes. A request is a `marshal`-encoded dict (the host is trusted: only the worker
+decodes marshal). A reply is JSON, except the result of `run`: `R`, a fixed struct
+(exit code, flags, duration, the two lengths), then stdout's and stderr's raw bytes, so
+neither side encodes or escapes the output (the host decodes it as UTF-8, replacing
+what is not). One request, one reply, in order. Requests (`op`):
 
 - `run`: argv or code, stdin, limits -> exit_code, stdout, stderr, duration_s,
   timed_out, truncated. A child is forked per execution: new session, rlimits, cwd
@@ -30,6 +34,7 @@ entries. If the worker is not pid 1 (never the case in our backends) it refuses
 import _signal
 import gc
 import json
+import marshal
 import os
 import select
 import signal
@@ -44,6 +49,7 @@ FAST_FLAGS = {"-I", "-S", "-u", "-B", "-E", "-s"}
 RLIMITS = {"memory_mb": ("RLIMIT_AS", 1 << 20), "cpu_s": ("RLIMIT_CPU", 1),
            "max_procs": ("RLIMIT_NPROC", 1), "file_size_mb": ("RLIMIT_FSIZE", 1 << 20)}
 SNAPSHOT_MAX = 64 << 20
+RUN_REPLY = struct.Struct("<cibdII")  # b"R", exit code, timed_out | truncated << 1, duration, len(out), len(err)
 IGNORED = tuple(int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
                                  signal.SIGUSR2, signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU))
 EXEC_ENV = {"PATH": "/usr/bin:/bin", "HOME": WORK, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
@@ -63,7 +69,7 @@ def read_msg(fd):
     head = read_exact(fd, 4)
     if head is None:
         return None
-    return json.loads(read_exact(fd, struct.unpack(">I", head)[0]))
+    return marshal.loads(read_exact(fd, struct.unpack(">I", head)[0]))
 
 
 def read_exact(fd, n):
@@ -77,8 +83,9 @@ def read_exact(fd, n):
     return b"".join(chunks)
 
 
-def write_msg(fd, obj):
-    data = json.dumps(obj).encode()
+def write_msg(fd, reply):
+    """A dict as JSON, or a payload already encoded (a run's result)."""
+    data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
     data = struct.pack(">I", len(data)) + data
     while data:
         data = data[os.write(fd, data):]
@@ -260,10 +267,9 @@ def run(req, keep):
         while fd in open_fds:
             truncated |= drain(fd, bufs[fd], cap, open_fds)
         os.close(fd)
-    code = os.waitstatus_to_exitcode(status)
-    return {"exit_code": code, "stdout": bufs[out_r].decode("utf-8", "replace"),
-            "stderr": bufs[err_r].decode("utf-8", "replace"), "duration_s": duration,
-            "timed_out": timed_out, "truncated": truncated}
+    out, err = bufs[out_r], bufs[err_r]
+    head = RUN_REPLY.pack(b"R", os.waitstatus_to_exitcode(status), timed_out | truncated << 1, duration, len(out), len(err))
+    return b"".join((head, out, err))
 
 
 def drain(fd, buf, cap, open_fds):
