@@ -124,6 +124,7 @@ def prepare(req, keep):
     if fast is None:
         prog = sys.executable if argv[0] == "python" else argv[0]
         return rlimits, ("exec", prog, [prog, *argv[1:]])
+    precompile(req, fast, keep)
     code, filename, args, isolated = fast
     if code is not None:
         code = keep["compiled"].get(code, code)
@@ -196,6 +197,8 @@ def reap_all():
         if init:  # again each time: nothing can fork past a SIGKILL, but be sure
             try:
                 os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:  # no other process at all, not even a zombie: nothing to reap
+                return
             except OSError:
                 pass
         try:
@@ -206,29 +209,26 @@ def reap_all():
             return
 
 
-def precompile(req, keep):
+def precompile(req, fast, keep):
     """Compile `-c` code in the worker, where the code object stays for the next
     executions (a verifier's harness is the same every time); children inherit it by
     fork. A compile error is left for the child to raise, as python would. Only when
     the host asks (`cache`: one-shot jobs, whose `-c` is the environment's harness): a
     later child could read the cache, so model-written commands never enter it."""
-    if not req.get("cache"):
-        return
-    fast = fast_path(req.get("argv") or ["python", "-c", req.get("code") or ""])
     cache = keep["compiled"]
-    if fast and fast[0] is not None and fast[0] not in cache and len(fast[0]) < 1 << 16:
-        try:
-            code = compile(fast[0], "<string>", "exec", dont_inherit=True)
-        except BaseException:
-            return
-        if len(cache) >= 64:
-            cache.pop(next(iter(cache)))
-        cache[fast[0]] = code
-        gc.freeze()  # what the worker holds now is never scanned (nor copied) by a child's gc
+    if not req.get("cache") or fast[0] is None or fast[0] in cache or len(fast[0]) >= 1 << 16:
+        return
+    try:
+        code = compile(fast[0], "<string>", "exec", dont_inherit=True)
+    except BaseException:
+        return
+    if len(cache) >= 64:
+        cache.pop(next(iter(cache)))
+    cache[fast[0]] = code
+    gc.freeze()  # what the worker holds now is never scanned (nor copied) by a child's gc
 
 
 def run(req, keep):
-    precompile(req, keep)
     rlimits, how = prepare(req, keep)
     lim = req["limits"]
     cap = int(lim["output_bytes"])
@@ -237,18 +237,21 @@ def run(req, keep):
     os.lseek(stdin_fd, 0, 0)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    wall = float(lim["wall_s"])
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
         child(rlimits, how, stdin_fd, out_w, err_w, keep)
+    # While the child runs, every page this process writes is copied: wait first, tidy up after.
+    pidfd = os.pidfd_open(pid)
+    status = os.waitpid(pid, 0)[1] if select.select([pidfd], [], [], min(wall, QUIET_S))[0] else None
     for fd in (stdin_fd, out_w, err_w):
         os.close(fd)
-    pidfd = os.pidfd_open(pid)
     bufs = {out_r: bytearray(), err_r: bytearray()}
-    truncated, timed_out, status = False, False, None
-    deadline = start + float(lim["wall_s"])
+    truncated, timed_out = False, False
+    deadline = start + wall
     open_fds = [out_r, err_r, pidfd]
-    quiet = QUIET_S
+    quiet = 2 * QUIET_S
     while status is None:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -260,11 +263,13 @@ def run(req, keep):
             os.kill(pid, signal.SIGKILL)
             status = os.waitpid(pid, 0)[1]
             break
-        if quiet:  # nothing written yet: sleep on its exit alone, and look at the pipes now and then
-            ready = select.select([pidfd], [], [], min(left, quiet))[0]
-            if not ready:
-                ready = select.select(open_fds, [], [], 0)[0]
-                quiet = 0 if ready else min(2 * quiet, QUIET_MAX_S)  # it writes: every pipe wakes us from now on
+        if quiet:  # nothing written yet? then sleep on its exit alone, and look at the pipes now and then
+            ready = select.select(open_fds, [], [], 0)[0]
+            if ready:
+                quiet = 0  # it writes: from now on every pipe wakes us
+            else:
+                ready = select.select([pidfd], [], [], min(left, quiet))[0]
+                quiet = min(2 * quiet, QUIET_MAX_S)
         else:
             ready = select.select(open_fds, [], [], left)[0]
         for fd in ready:
