@@ -159,6 +159,8 @@ class BwrapSandbox(PoolSandbox):
             "--setenv", "HOME", "/work",
             "--setenv", "LANG", "C.UTF-8",
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            # the worker's symbols bound at start, not again in every forked child (it unsets it)
+            "--setenv", "LD_BIND_NOW", "1",
             "--",
             self.python, "-I", "-c", WORKER_SOURCE,
         ]  # fmt: skip

@@ -154,7 +154,7 @@ class DockerSandbox(PoolSandbox):
             self.image, [self.python, "-I", "-c", WORKER_SOURCE], user=f"{NOBODY}:{NOBODY}",
             working_dir="/work", network_disabled=True, host_config=host_config, labels={LABEL: self.tag},
             environment={"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8",
-                         "PYTHONDONTWRITEBYTECODE": "1"},
+                         "PYTHONDONTWRITEBYTECODE": "1", "LD_BIND_NOW": "1"},  # see bwrap.py
             stdin_open=True,  # with detach=False the SDK also sets StdinOnce
         )["Id"]  # fmt: skip
         container = self.client.containers.get(cid)

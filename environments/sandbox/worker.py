@@ -26,7 +26,7 @@ this worker is pid 1 of its pid namespace, `kill(-1, SIGKILL)` reaches every oth
 process in the sandbox (detached daemons included) but never the worker itself (the
 kernel exempts pid 1 from kill(-1), and drops SIGKILL sent to a namespace's init from
 inside it). Orphans reparent to pid 1 and are reaped. `wipe` empties /work and /tmp.
-The worker makes itself non-dumpable, so a child cannot ptrace it or read its /proc
+The worker makes itself non-dumpable (PR_SET_DUMPABLE), so a child cannot ptrace it or read its /proc
 entries. If the worker is not pid 1 (never the case in our backends) it refuses
 `kill(-1)` and only kills the process group.
 """
@@ -61,11 +61,11 @@ EXEC_ENV = {"PATH": "/usr/bin:/bin", "HOME": WORK, "PYTHONDONTWRITEBYTECODE": "1
 snapshot = {}
 
 
-def nondumpable():
+def libc(name, *args):
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        getattr(ctypes.CDLL(None), name)(*args)
     except Exception:
         pass
 
@@ -420,7 +420,8 @@ def main():
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    nondumpable()
+    libc("prctl", 4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4: not dumpable
+    os.environ.pop("LD_BIND_NOW", None)  # see bwrap.py: for this process only, not the code's environment
     # A namespace's init gets only the signals it handles from inside: handle none.
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
@@ -431,6 +432,7 @@ def main():
     # into /work, whose second-granular mtimes then hide an edit of the same size.
     sys.dont_write_bytecode = True
     gc.freeze()
+    libc("malloc_trim", 0)  # free heap pages (compiling this file left some) would be copied by every fork
     os.umask(0o022)
     for d in (WORK, TMP):
         os.chmod(d, 0o700)  # this uid only
