@@ -165,6 +165,7 @@ class PoolSandbox(Sandbox):
         self._all: set[Worker] = set()
         self._closed = False
         self.spawned = 0  # how many workers were ever started (respawns show here)
+        self._wire_cache: dict[Limits, dict] = {}
         self.grace_s = GRACE_S
 
     @abstractmethod
@@ -220,11 +221,19 @@ class PoolSandbox(Sandbox):
         """The limits as the worker applies them (a backend may enforce one differently)."""
         return dataclasses.asdict(limits)
 
+    def _wire_limits_cached(self, limits: Limits) -> dict:
+        wire = self._wire_cache.get(limits)  # Limits is frozen: one encoding per distinct value
+        if wire is None:
+            if len(self._wire_cache) >= 64:
+                self._wire_cache.clear()
+            wire = self._wire_cache[limits] = self._wire_limits(limits)
+        return wire
+
     def _run_on(self, worker, argv, code, stdin, limits: Limits, files, wipe) -> ExecResult:
         start = time.monotonic()
         argv = list(argv) if argv is not None else None
         # one-shot jobs (wipe) carry the environment's harness as `-c`: the worker may keep it compiled
-        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin, "limits": self._wire_limits(limits),
+        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin, "limits": self._wire_limits_cached(limits),
                "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
         worker.uses += 1
         try:
