@@ -437,7 +437,6 @@ def main():
     # into /work, whose second-granular mtimes then hide an edit of the same size.
     sys.dont_write_bytecode = True
     gc.freeze()
-    libc("malloc_trim", 0)  # free heap pages (compiling this file left some) would be copied by every fork
     os.umask(0o022)
     for d in (WORK, TMP):
         os.chmod(d, 0o700)  # this uid only
