@@ -78,7 +78,10 @@ def read_msg(fd):
 
 
 def read_exact(fd, n):
-    chunks = []
+    first = os.read(fd, min(n, 1 << 20))
+    if len(first) == n or not first:  # the common case: all of it at once (or EOF)
+        return first or None
+    chunks, n = [first], n - len(first)
     while n:
         b = os.read(fd, min(n, 1 << 20))
         if not b:
@@ -117,8 +120,12 @@ def prepare(req, keep):
     child only applies what is computed here. (A `SCRIPT.py` is read in the child: it
     is the code's own file, which the worker never opens.)"""
     lim = req["limits"]
-    rlimits = [(getattr(resource, name), int(lim[key] * unit)) for key, (name, unit) in RLIMITS.items()]
-    rlimits += [(resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_CORE, 0)]
+    key = tuple(lim[k] for k in RLIMITS)
+    rlimits = keep["rlimits"].get(key)
+    if rlimits is None:  # the same few limits every time: worked out once
+        rlimits = [(getattr(resource, name), int(lim[k] * unit)) for k, (name, unit) in RLIMITS.items()]
+        rlimits += [(resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_CORE, 0)]
+        keep["rlimits"] = {key: rlimits} if len(keep["rlimits"]) >= 16 else {**keep["rlimits"], key: rlimits}
     argv = req.get("argv") or ["python", "-c", req.get("code", "")]
     fast = fast_path(argv)
     if fast is None:
@@ -128,11 +135,18 @@ def prepare(req, keep):
     code, filename, args, isolated = fast
     if code is not None:
         code = keep["compiled"].get(code, code)
-    path = list(keep["path"])
+    # sys.path and __main__ are made once and handed to every child: a child changes only
+    # its own copy of them, the worker never runs code in them (so they stay pristine)
+    path = keep["path"]
     if not isolated:
-        path.insert(0, "" if filename == "<string>" else os.path.dirname(os.path.normpath(os.path.join(WORK, filename))))
-    main = type(sys)("__main__")
-    main.__dict__.update({"__file__": filename, "__builtins__": __builtins__})
+        path = [os.path.dirname(os.path.normpath(os.path.join(WORK, filename))) if filename != "<string>" else "", *path]
+    main = keep["main"].get(filename)
+    if main is None:
+        main = type(sys)("__main__")
+        main.__dict__.update({"__file__": filename, "__builtins__": __builtins__})
+        if len(keep["main"]) >= 64:
+            keep["main"].clear()
+        keep["main"][filename] = main
     return rlimits, ("python", code, filename, args, path, main)
 
 
@@ -427,7 +441,7 @@ def main():
         signal.signal(sig, signal.SIG_IGN)
     stdio = [open(fd, "w" if fd else "r", encoding="utf-8", closefd=False,
                   errors="backslashreplace" if fd == 2 else "strict") for fd in (0, 1, 2)]
-    keep = {"path": list(sys.path), "compiled": {}, "stdio": stdio,
+    keep = {"path": list(sys.path), "compiled": {}, "stdio": stdio, "rlimits": {}, "main": {},
             # what a child replaces stays referenced here: if the child dropped the last
             # reference (the interpreter's own std streams, argv, path, __main__), it would
             # free them, and finalizing a stream costs ~60 copy-on-write faults per run
