@@ -40,7 +40,7 @@ import uuid
 from pathlib import Path
 
 from environments.sandbox.base import Job, Limits
-from environments.sandbox.pool import WORKER_SOURCE, PoolSandbox, Transport, WorkerDied
+from environments.sandbox.pool import PoolSandbox, Transport, WorkerDied, worker_command
 
 NOBODY = 65534
 TMPFS_MB = 64  # each of /work and /tmp
@@ -165,7 +165,7 @@ class BwrapSandbox(PoolSandbox):
             # the worker's symbols bound at start, not again in every forked child (it unsets it)
             "--setenv", "LD_BIND_NOW", "1",
             "--",
-            self.python, "-I", "-c", WORKER_SOURCE,
+            *worker_command(self.python),
         ]  # fmt: skip
 
     def _make_cgroups(self) -> list[Path]:

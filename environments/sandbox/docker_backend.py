@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from environments.sandbox.base import Limits
-from environments.sandbox.pool import WORKER_SOURCE, PoolSandbox, Transport, WorkerDied
+from environments.sandbox.pool import PoolSandbox, Transport, WorkerDied, worker_command
 
 DEFAULT_IMAGE = "flywheel-sandbox:latest"
 NOBODY = 65534
@@ -151,7 +151,7 @@ class DockerSandbox(PoolSandbox):
             pids_limit=self.limits.max_procs + 8, ipc_mode="none", auto_remove=True,
         )  # fmt: skip
         cid = api.create_container(
-            self.image, [self.python, "-I", "-c", WORKER_SOURCE], user=f"{NOBODY}:{NOBODY}",
+            self.image, worker_command(self.python), user=f"{NOBODY}:{NOBODY}",
             working_dir="/work", network_disabled=True, host_config=host_config, labels={LABEL: self.tag},
             environment={"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8",
                          "PYTHONDONTWRITEBYTECODE": "1", "LD_BIND_NOW": "1"},  # see bwrap.py

@@ -1,8 +1,9 @@
 """The fork-server that runs INSIDE a sandbox (a bwrap namespace or a container).
 
 Standard library only, and it must run under the sandbox's own /usr/bin/python3: the
-host sends this file's source as `python3 -I -c SOURCE`, so neither the host's
-interpreter, packages nor environment ever enter the sandbox.
+host sends this file's source on the command line (`python3 -I -c BOOT SOURCE`, see
+pool.py), so neither the host's interpreter, packages nor environment ever enter the
+sandbox.
 
 Protocol: on stdin/stdout, each message is a 4-byte big-endian length followed by that
 many bytes. A request is a `marshal`-encoded dict (the host is trusted: only the worker
@@ -451,6 +452,7 @@ def main():
     # into /work, whose second-granular mtimes then hide an edit of the same size.
     sys.dont_write_bytecode = True
     gc.freeze()
+    libc("malloc_trim", 0)  # what compiling this file left free: every fork would copy it
     os.umask(0o022)
     for d in (WORK, TMP):
         os.chmod(d, 0o700)  # this uid only
