@@ -187,10 +187,11 @@ def child(rlimits, how, stdin_fd, out_w, err_w, keep):
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if e.code is not None and not isinstance(e.code, int):
                 print(e.code, file=sys.stderr)
-        except BaseException:
+        except BaseException as e:
             import traceback
 
-            traceback.print_exc()
+            # from the code's own frames on, as python prints it (not this function's)
+            traceback.print_exception(type(e), e, e.__traceback__.tb_next)
             status = 1
         for stream in (sys.stdout, sys.stderr):
             try:
