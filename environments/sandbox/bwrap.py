@@ -96,6 +96,9 @@ class BwrapTransport(Transport):
         self.buf = data[n:]
         return data[:n]
 
+    def fileno(self) -> int:
+        return self.rfd
+
     def stderr(self) -> str:
         self.errlog.seek(0)
         return self.errlog.read(2000).decode(errors="replace").strip() or f"exit {self.proc.poll()}"

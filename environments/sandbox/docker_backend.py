@@ -102,6 +102,9 @@ class DockerTransport(Transport):
             out += b
         return bytes(out)
 
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
     def recv(self, n: int, deadline: float) -> bytes:
         while len(self.buf) < n:
             self._frame(deadline)

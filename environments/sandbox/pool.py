@@ -16,9 +16,11 @@ waits `wall_s + GRACE_S` at most: a worker that overruns that is killed as hung.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import marshal
+import select
 import struct
 import threading
 import time
@@ -65,6 +67,10 @@ class Transport(ABC):
     def kill(self) -> None:
         """Kill the whole sandbox and release what it held (idempotent)."""
 
+    @abstractmethod
+    def fileno(self) -> int:
+        """What to select() on for the worker's replies (nothing is read ahead past a reply)."""
+
 
 class Worker:
     def __init__(self, transport: Transport):
@@ -82,12 +88,22 @@ class Worker:
         return decode_run(data) if data[:1] == b"R" else json.loads(data)
 
     def call(self, req: dict, timeout: float) -> dict:
+        self.send(req)
+        return self.reply(time.monotonic() + timeout)
+
+    def send(self, req: dict) -> None:
         if self.dead:
             raise WorkerDied("worker is dead")
         try:
             data = marshal.dumps(req)
             self.transport.send(struct.pack(">I", len(data)) + data)
-            reply = self._recv(time.monotonic() + timeout)
+        except Exception as exc:
+            self.kill()
+            raise WorkerDied(f"{type(exc).__name__}: {exc}") from exc
+
+    def reply(self, deadline: float) -> dict:
+        try:
+            reply = self._recv(deadline)
         except Exception as exc:
             self.kill()
             raise WorkerDied(f"{type(exc).__name__}: {exc}") from exc
@@ -192,10 +208,12 @@ class PoolSandbox(Sandbox):
             self._all.add(worker)
         return worker
 
-    def _acquire(self) -> Worker:
+    def _acquire(self, blocking: bool = True) -> Worker | None:
+        """An idle or new worker; None when not blocking and every slot is taken."""
         if self._closed:
             raise RuntimeError("sandbox is closed")
-        self._slots.acquire()
+        if not self._slots.acquire(blocking):
+            return None
         try:
             with self._lock:
                 while self._idle:
@@ -239,6 +257,11 @@ class PoolSandbox(Sandbox):
         return wire
 
     def _run_on(self, worker, argv, code, stdin, limits: Limits, files, wipe) -> ExecResult:
+        start, deadline, failed = self._send_run(worker, argv, code, stdin, limits, files, wipe)
+        return failed or self._run_reply(worker, start, deadline)
+
+    def _send_run(self, worker, argv, code, stdin, limits: Limits, files, wipe):
+        """(start, deadline, None), or (.., .., the error result) when the worker is gone."""
         start = time.monotonic()
         argv = list(argv) if argv is not None else None
         # one-shot jobs (wipe) carry the environment's harness as `-c`: the worker may keep it compiled
@@ -246,7 +269,14 @@ class PoolSandbox(Sandbox):
                "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
         worker.uses += 1
         try:
-            reply = worker.call(req, limits.wall_s + self.grace_s)
+            worker.send(req)
+        except WorkerDied as exc:
+            return start, start, ExecResult(None, "", "", 0.0, error=f"sandbox worker died: {exc}")
+        return start, start + limits.wall_s + self.grace_s, None
+
+    def _run_reply(self, worker, start: float, deadline: float) -> ExecResult:
+        try:
+            reply = worker.reply(deadline)
         except WorkerDied as exc:
             return ExecResult(None, "", "", time.monotonic() - start, error=f"sandbox worker died: {exc}")
         except ValueError as exc:
@@ -262,6 +292,52 @@ class PoolSandbox(Sandbox):
             return self._run_on(worker, job.argv, None, job.stdin, job.limits or self.limits, job.files, True)
         finally:
             self._release(worker, wipe=False)
+
+    def map(self, jobs: list[Job]) -> list[ExecResult]:
+        """Many one-shot jobs, results in job order, all driven from this one thread: a
+        worker is handed its next job as soon as it answers, with no thread, future or
+        extra wake-up per job. Up to `concurrency` workers (fewer while workspaces hold
+        slots: the first is waited for, more are taken as they come free)."""
+        results: list[ExecResult | None] = [None] * len(jobs)
+        pending = collections.deque(range(len(jobs)))
+        busy: dict[int, tuple[Worker, int, float, float]] = {}  # fileno -> (worker, job, start, deadline)
+        try:
+            while pending or busy:
+                while pending and len(busy) < max(1, self.concurrency):
+                    try:
+                        worker = self._acquire(blocking=not busy)
+                    except Exception as exc:
+                        error = f"sandbox unavailable: {type(exc).__name__}: {exc}"
+                        results[pending.popleft()] = ExecResult(None, "", "", 0.0, error=error)
+                        continue
+                    if worker is None:
+                        break
+                    i = pending.popleft()
+                    job = jobs[i]
+                    start, deadline, failed = self._send_run(worker, job.argv, None, job.stdin,
+                                                             job.limits or self.limits, job.files, True)
+                    if failed:
+                        results[i] = failed
+                        self._release(worker, wipe=False)
+                    else:
+                        busy[worker.transport.fileno()] = (worker, i, start, deadline)
+                if not busy:
+                    continue
+                wait = min(deadline for *_, deadline in busy.values()) - time.monotonic()
+                ready = select.select(list(busy), [], [], max(0.0, wait))[0]
+                now = time.monotonic()
+                for fd, (worker, i, start, deadline) in list(busy.items()):
+                    if fd in ready or now >= deadline:  # past the deadline, reply() kills the worker
+                        del busy[fd]
+                        try:
+                            results[i] = self._run_reply(worker, start, deadline)
+                        finally:
+                            self._release(worker, wipe=False)
+        finally:
+            for worker, *_ in busy.values():  # only when interrupted: their state is unknown
+                worker.kill()
+                self._release(worker, wipe=False)
+        return results
 
     def workspace(self, files: dict[str, str] | None = None) -> PoolWorkspace:
         return PoolWorkspace(self, files or {})
