@@ -128,6 +128,26 @@ def decode_run(data: bytes) -> dict:
             "timed_out": bool(flags & 1), "truncated": bool(flags & 2)}  # fmt: skip
 
 
+PIPELINE = 2  # jobs held by one worker in map(): the running one and the next
+PIPELINE_BYTES = 16 << 10  # a job is queued behind another only when both are this small
+
+
+def _wire_size(job: Job) -> int:
+    """An upper bound on the job's request in bytes (4 per character, as UTF-8 at worst)."""
+    return 512 + 4 * (len(job.stdin) + sum(map(len, job.argv)) + sum(len(k) + len(v) for k, v in job.files.items()))
+
+
+class _Lane:
+    """A worker in map(): the jobs sent to it, in order (the first is running)."""
+
+    __slots__ = ("worker", "queue", "since", "deadline")
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self.queue: collections.deque[tuple[int, float, bool]] = collections.deque()  # (job, wall + grace, small)
+        self.since = self.deadline = 0.0  # when the running job started, and its deadline
+
+
 class PoolWorkspace(Workspace):
     """A workspace on one worker. If that worker dies, the next call starts over on a
     fresh worker from the files given at acquire (later state is lost; `lost` counts it)."""
@@ -294,50 +314,87 @@ class PoolSandbox(Sandbox):
             self._release(worker, wipe=False)
 
     def map(self, jobs: list[Job]) -> list[ExecResult]:
-        """Many one-shot jobs, results in job order, all driven from this one thread: a
-        worker is handed its next job as soon as it answers, with no thread, future or
-        extra wake-up per job. Up to `concurrency` workers (fewer while workspaces hold
-        slots: the first is waited for, more are taken as they come free)."""
+        """Many one-shot jobs, results in job order, all driven from this one thread (no
+        thread, future or lock hand-off per job). Each worker holds up to PIPELINE jobs:
+        it starts the next the moment it has answered one, without waiting for this
+        thread to be scheduled. A queued job has not started while the one before it
+        runs, so if the worker dies, only that one gets the error: the queued ones go to
+        another worker. Up to `concurrency` workers (fewer while workspaces hold slots:
+        the first is waited for, more are taken as they come free)."""
         results: list[ExecResult | None] = [None] * len(jobs)
         pending = collections.deque(range(len(jobs)))
-        busy: dict[int, tuple[Worker, int, float, float]] = {}  # fileno -> (worker, job, start, deadline)
+        lanes: dict[int, _Lane] = {}  # fileno -> a worker and the jobs sent to it, the running one first
         try:
-            while pending or busy:
-                while pending and len(busy) < max(1, self.concurrency):
+            while pending or lanes:
+                for lane in lanes.values():
+                    while pending and self._can_queue(lane, jobs[pending[0]]):
+                        i = pending.popleft()
+                        if not self._queue(lane, i, jobs, results):
+                            pending.appendleft(i)  # not sent: the worker is gone, the job goes elsewhere
+                            break
+                while pending and len(lanes) < max(1, self.concurrency):
                     try:
-                        worker = self._acquire(blocking=not busy)
+                        worker = self._acquire(blocking=not lanes)
                     except Exception as exc:
                         error = f"sandbox unavailable: {type(exc).__name__}: {exc}"
                         results[pending.popleft()] = ExecResult(None, "", "", 0.0, error=error)
                         continue
                     if worker is None:
                         break
-                    i = pending.popleft()
-                    job = jobs[i]
-                    start, deadline, failed = self._send_run(worker, job.argv, None, job.stdin,
-                                                             job.limits or self.limits, job.files, True)
-                    if failed:
-                        results[i] = failed
-                        self._release(worker, wipe=False)
+                    lane = _Lane(worker)
+                    self._queue(lane, pending.popleft(), jobs, results)
+                    if lane.queue:
+                        lanes[worker.transport.fileno()] = lane
                     else:
-                        busy[worker.transport.fileno()] = (worker, i, start, deadline)
-                if not busy:
+                        self._release(worker, wipe=False)
+                if not lanes:
                     continue
-                wait = min(deadline for *_, deadline in busy.values()) - time.monotonic()
-                ready = select.select(list(busy), [], [], max(0.0, wait))[0]
+                wait = min(lane.deadline for lane in lanes.values()) - time.monotonic()
+                ready = select.select(list(lanes), [], [], max(0.0, wait))[0]
                 now = time.monotonic()
-                for fd, (worker, i, start, deadline) in list(busy.items()):
-                    if fd in ready or now >= deadline:  # past the deadline, reply() kills the worker
-                        del busy[fd]
-                        try:
-                            results[i] = self._run_reply(worker, start, deadline)
-                        finally:
-                            self._release(worker, wipe=False)
+                for fd, lane in list(lanes.items()):
+                    if fd not in ready and now < lane.deadline:
+                        continue
+                    i, *_ = lane.queue.popleft()  # past its deadline, reply() kills the worker
+                    results[i] = self._run_reply(lane.worker, lane.since, lane.deadline)
+                    lane.since = time.monotonic()
+                    if lane.worker.dead:  # the rest never started: they go to another worker
+                        pending.extendleft(reversed([j for j, *_ in lane.queue]))
+                        lane.queue.clear()
+                    if lane.queue:
+                        lane.deadline = lane.since + lane.queue[0][1]
+                    else:
+                        del lanes[fd]
+                        self._release(lane.worker, wipe=False)
         finally:
-            for worker, *_ in busy.values():  # only when interrupted: their state is unknown
-                worker.kill()
-                self._release(worker, wipe=False)
+            for lane in lanes.values():  # only when interrupted: their state is unknown
+                lane.worker.kill()
+                self._release(lane.worker, wipe=False)
         return results
+
+    def _can_queue(self, lane: "_Lane", job: Job) -> bool:
+        """One more job for a busy worker? Only small ones (together they fit in the pipe, so
+        sending never blocks), and none for a worker due for recycling."""
+        if not lane.queue:
+            return True
+        worn = self.recycle_after and lane.worker.uses >= self.recycle_after
+        return (len(lane.queue) < PIPELINE and not worn and not lane.worker.dead
+                and _wire_size(job) <= PIPELINE_BYTES and all(small for *_, small in lane.queue))
+
+    def _queue(self, lane: "_Lane", i: int, jobs: list[Job], results: list) -> bool:
+        """Send job i to the lane's worker; False when that failed. A first job's failure is
+        its result (as in run()); a queued one's is not: it never started."""
+        job = jobs[i]
+        limits = job.limits or self.limits
+        start, deadline, failed = self._send_run(lane.worker, job.argv, None, job.stdin, limits, job.files, True)
+        if failed:
+            if not lane.queue:
+                results[i] = failed
+            return False
+        if not lane.queue:
+            lane.since, lane.deadline = start, deadline
+        lane.queue.append((i, limits.wall_s + self.grace_s, _wire_size(job) <= PIPELINE_BYTES))
+        return True
 
     def workspace(self, files: dict[str, str] | None = None) -> PoolWorkspace:
         return PoolWorkspace(self, files or {})
