@@ -89,6 +89,33 @@ def test_map_queues_jobs_and_loses_none_when_a_worker_dies(box):
         one.close()
 
 
+def test_map_sees_replies_read_ahead(box):
+    """With two jobs on a worker, reading one reply may take the next one along (here the
+    host is made slow to read the first); map() must not then wait on the pipe for it:
+    it would sit there until wall + grace."""
+    import time
+
+    one = make_box(box.name, LIMITS, concurrency=1)
+    try:
+        one.warm()
+        transport = next(iter(one._all)).transport
+        recv, calls = transport.recv, []
+
+        def slow_first(n, deadline):
+            if not calls:
+                time.sleep(0.5)  # the queued job runs and answers meanwhile
+            calls.append(n)
+            return recv(n, deadline)
+
+        transport.recv = slow_first
+        t0 = time.monotonic()
+        results = one.map([Job(["python", "-c", "print(0)"]), Job(["python", "-c", "print(1)"])])
+        assert [r.stdout.strip() for r in results] == ["0", "1"]
+        assert time.monotonic() - t0 < LIMITS.wall_s  # ~0.5 s, unless the second waited for its deadline
+    finally:
+        one.close()
+
+
 def test_map_does_not_queue_large_jobs(box):
     """A job is queued behind another only when both are small (together they fit in the
     pipe, so sending never blocks); large ones go to idle workers, and all complete."""

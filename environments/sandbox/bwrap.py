@@ -99,6 +99,9 @@ class BwrapTransport(Transport):
     def fileno(self) -> int:
         return self.rfd
 
+    def buffered(self) -> bool:
+        return bool(self.buf)
+
     def stderr(self) -> str:
         self.errlog.seek(0)
         return self.errlog.read(2000).decode(errors="replace").strip() or f"exit {self.proc.poll()}"

@@ -105,6 +105,9 @@ class DockerTransport(Transport):
     def fileno(self) -> int:
         return self.raw.fileno()
 
+    def buffered(self) -> bool:
+        return bool(self.buf)
+
     def recv(self, n: int, deadline: float) -> bytes:
         while len(self.buf) < n:
             self._frame(deadline)

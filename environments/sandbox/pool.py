@@ -69,7 +69,11 @@ class Transport(ABC):
 
     @abstractmethod
     def fileno(self) -> int:
-        """What to select() on for the worker's replies (nothing is read ahead past a reply)."""
+        """What to select() on for the worker's replies."""
+
+    def buffered(self) -> bool:
+        """Whether bytes already read ahead wait here (select() on fileno() cannot see them)."""
+        return False
 
 
 class Worker:
@@ -326,12 +330,6 @@ class PoolSandbox(Sandbox):
         lanes: dict[int, _Lane] = {}  # fileno -> a worker and the jobs sent to it, the running one first
         try:
             while pending or lanes:
-                for lane in lanes.values():
-                    while pending and self._can_queue(lane, jobs[pending[0]]):
-                        i = pending.popleft()
-                        if not self._queue(lane, i, jobs, results):
-                            pending.appendleft(i)  # not sent: the worker is gone, the job goes elsewhere
-                            break
                 while pending and len(lanes) < max(1, self.concurrency):
                     try:
                         worker = self._acquire(blocking=not lanes)
@@ -347,10 +345,18 @@ class PoolSandbox(Sandbox):
                         lanes[worker.transport.fileno()] = lane
                     else:
                         self._release(worker, wipe=False)
+                for lane in lanes.values():
+                    while pending and self._can_queue(lane, jobs[pending[0]]):
+                        i = pending.popleft()
+                        if not self._queue(lane, i, jobs, results):
+                            pending.appendleft(i)  # not sent: the worker is gone, the job goes elsewhere
+                            break
                 if not lanes:
                     continue
-                wait = min(lane.deadline for lane in lanes.values()) - time.monotonic()
-                ready = select.select(list(lanes), [], [], max(0.0, wait))[0]
+                # a reply may already be here, read ahead with the one before it
+                ready = [fd for fd, lane in lanes.items() if lane.worker.transport.buffered()]
+                wait = 0.0 if ready else min(lane.deadline for lane in lanes.values()) - time.monotonic()
+                ready += select.select(list(lanes), [], [], max(0.0, wait))[0]
                 now = time.monotonic()
                 for fd, lane in list(lanes.items()):
                     if fd not in ready and now < lane.deadline:
