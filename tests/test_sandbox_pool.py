@@ -73,7 +73,8 @@ def test_map_queues_jobs_and_loses_none_when_a_worker_dies(box):
     and runs on a fresh worker."""
     import threading
 
-    jobs = [Job(["python", "-c", "import time; time.sleep(1.5)"])] + [Job(["python", "-c", f"print({i})"]) for i in range(1, 6)]
+    jobs = [Job(["python", "-c", "import time; time.sleep(1.5)"])]
+    jobs += [Job(["python", "-c", f"print({i})"]) for i in range(1, 6)]
     one = make_box(box.name, LIMITS, concurrency=1)
     try:
         one.warm()

@@ -42,6 +42,8 @@ WORKER_BOOT = "import sys; exec(compile(sys.argv[1], 'sandbox-worker', 'exec'))"
 
 def worker_command(python: str) -> list[str]:
     return [python, "-I", "-c", WORKER_BOOT, WORKER_SOURCE]
+
+
 RUN_REPLY = struct.Struct("<cibdII")  # as in worker.py: b"R", exit code, flags, duration, len(out), len(err)
 
 # bwrap's --die-with-parent is tied to the *thread* that spawned it: spawn every worker
@@ -138,7 +140,8 @@ PIPELINE_BYTES = 16 << 10  # a job is queued behind another only when both are t
 
 def _wire_size(job: Job) -> int:
     """An upper bound on the job's request in bytes (4 per character, as UTF-8 at worst)."""
-    return 512 + 4 * (len(job.stdin) + sum(map(len, job.argv)) + sum(len(k) + len(v) for k, v in job.files.items()))
+    chars = len(job.stdin) + sum(map(len, job.argv)) + sum(len(k) + len(v) for k, v in job.files.items())
+    return 512 + 4 * chars
 
 
 class _Lane:
@@ -148,7 +151,7 @@ class _Lane:
 
     def __init__(self, worker: Worker):
         self.worker = worker
-        self.queue: collections.deque[tuple[int, float, bool]] = collections.deque()  # (job, wall + grace, small)
+        self.queue: collections.deque[tuple[int, float, bool]] = collections.deque()  # job, wall+grace, small
         self.since = self.deadline = 0.0  # when the running job started, and its deadline
 
 
@@ -289,8 +292,8 @@ class PoolSandbox(Sandbox):
         start = time.monotonic()
         argv = list(argv) if argv is not None else None
         # one-shot jobs (wipe) carry the environment's harness as `-c`: the worker may keep it compiled
-        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin, "limits": self._wire_limits_cached(limits),
-               "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
+        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin,
+               "limits": self._wire_limits_cached(limits), "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
         worker.uses += 1
         try:
             worker.send(req)
@@ -392,7 +395,8 @@ class PoolSandbox(Sandbox):
         its result (as in run()); a queued one's is not: it never started."""
         job = jobs[i]
         limits = job.limits or self.limits
-        start, deadline, failed = self._send_run(lane.worker, job.argv, None, job.stdin, limits, job.files, True)
+        worker = lane.worker
+        start, deadline, failed = self._send_run(worker, job.argv, None, job.stdin, limits, job.files, True)
         if failed:
             if not lane.queue:
                 results[i] = failed

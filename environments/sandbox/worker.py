@@ -27,9 +27,15 @@ this worker is pid 1 of its pid namespace, `kill(-1, SIGKILL)` reaches every oth
 process in the sandbox (detached daemons included) but never the worker itself (the
 kernel exempts pid 1 from kill(-1), and drops SIGKILL sent to a namespace's init from
 inside it). Orphans reparent to pid 1 and are reaped. `wipe` empties /work and /tmp.
-The worker makes itself non-dumpable (PR_SET_DUMPABLE), so a child cannot ptrace it or read its /proc
-entries. If the worker is not pid 1 (never the case in our backends) it refuses
-`kill(-1)` and only kills the process group.
+The worker makes itself non-dumpable (PR_SET_DUMPABLE), so a child cannot ptrace it or
+read its /proc entries. If the worker is not pid 1 (never the case in our backends) it
+refuses `kill(-1)` and only kills the process group.
+
+Cost: what a run costs is mostly the kernel's, for the fork: copying the worker's page
+tables, a copy-on-write fault for every page the child or the worker writes while both
+exist, tearing the child's pages down at its exit. So the worker keeps its heap small,
+works out before the fork what the child needs, and writes as little as it can while a
+child runs; see prepare() and run().
 """
 
 import _signal
@@ -55,9 +61,10 @@ SNAPSHOT_MAX = 64 << 20
 # are looked at after QUIET_S, then at doubling intervals up to QUIET_MAX_S, so a child
 # that fills a pipe is not left blocked for longer than that.
 QUIET_S, QUIET_MAX_S = 0.004, 0.064
-RUN_REPLY = struct.Struct("<cibdII")  # b"R", exit code, timed_out | truncated << 1, duration, len(out), len(err)
+RUN_REPLY = struct.Struct("<cibdII")  # b"R", exit code, timed_out | truncated << 1, duration, len(out, err)
 IGNORED = tuple(int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-                                 signal.SIGUSR2, signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU))
+                                 signal.SIGUSR2, signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN,
+                                 signal.SIGTTOU))
 EXEC_ENV = {"PATH": "/usr/bin:/bin", "HOME": WORK, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
 snapshot = {}
 
@@ -140,7 +147,8 @@ def prepare(req, keep):
     # its own copy of them, the worker never runs code in them (so they stay pristine)
     path = keep["path"]
     if not isolated:
-        path = [os.path.dirname(os.path.normpath(os.path.join(WORK, filename))) if filename != "<string>" else "", *path]
+        here = "" if filename == "<string>" else os.path.dirname(os.path.normpath(os.path.join(WORK, filename)))
+        path = [here, *path]
     main = keep["main"].get(filename)
     if main is None:
         main = type(sys)("__main__")
@@ -182,7 +190,9 @@ def child(rlimits, how, stdin_fd, out_w, err_w, keep):
         sys.modules["__main__"] = main
         status = 0
         try:
-            exec(code if not isinstance(code, (str, bytes)) else compile(code, filename, "exec"), main.__dict__)
+            if isinstance(code, (str, bytes)):
+                code = compile(code, filename, "exec")
+            exec(code, main.__dict__)
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if e.code is not None and not isinstance(e.code, int):
@@ -301,7 +311,8 @@ def run(req, keep):
             truncated |= drain(fd, bufs[fd], cap, open_fds)
         os.close(fd)
     out, err = bufs[out_r], bufs[err_r]
-    head = RUN_REPLY.pack(b"R", os.waitstatus_to_exitcode(status), timed_out | truncated << 1, duration, len(out), len(err))
+    code = os.waitstatus_to_exitcode(status)
+    head = RUN_REPLY.pack(b"R", code, timed_out | truncated << 1, duration, len(out), len(err))
     return b"".join((head, out, err))
 
 
@@ -445,8 +456,8 @@ def main():
                   errors="backslashreplace" if fd == 2 else "strict") for fd in (0, 1, 2)]
     keep = {"path": list(sys.path), "compiled": {}, "stdio": stdio, "rlimits": {}, "main": {},
             # what a child replaces stays referenced here: if the child dropped the last
-            # reference (the interpreter's own std streams, argv, path, __main__), it would
-            # free them, and finalizing a stream costs ~60 copy-on-write faults per run
+            # reference (the interpreter's own std streams, argv, path, __main__), every
+            # child would finalize and free them, writing to their pages (copy-on-write)
             "replaced": (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__,
                          sys.argv, sys.path, sys.modules["__main__"])}
     # -I ignores PYTHONDONTWRITEBYTECODE: say it here, or forked children write .pyc files
