@@ -67,6 +67,74 @@ def test_workers_are_recycled_after_n_executions(box):
     assert box.idle_leftovers() == []
 
 
+def test_map_queues_jobs_and_loses_none_when_a_worker_dies(box):
+    """map() keeps a second job queued on each worker; when the worker dies under the first
+    (killed from the host here), only that one reports it: the queued one never started
+    and runs on a fresh worker."""
+    import threading
+
+    jobs = [Job(["python", "-c", "import time; time.sleep(1.5)"])]
+    jobs += [Job(["python", "-c", f"print({i})"]) for i in range(1, 6)]
+    one = make_box(box.name, LIMITS, concurrency=1)
+    try:
+        one.warm()
+        killer = threading.Timer(0.7, next(iter(one._all)).transport.kill)
+        killer.start()
+        results = one.map(jobs)
+        killer.join()
+        assert results[0].error and "died" in results[0].error
+        assert [r.stdout.strip() for r in results[1:]] == ["1", "2", "3", "4", "5"]
+        assert all(r.error is None for r in results[1:]) and one.spawned == 2
+        assert one.idle_leftovers() == []
+    finally:
+        one.close()
+
+
+def test_map_sees_replies_read_ahead(box):
+    """With two jobs on a worker, reading one reply may take the next one along (here the
+    host is made slow to read the first); map() must not then wait on the pipe for it:
+    it would sit there until wall + grace."""
+    import time
+
+    one = make_box(box.name, LIMITS, concurrency=1)
+    try:
+        one.warm()
+        transport = next(iter(one._all)).transport
+        recv, calls = transport.recv, []
+
+        def slow_first(n, deadline):
+            if not calls:
+                time.sleep(0.5)  # the queued job runs and answers meanwhile
+            calls.append(n)
+            return recv(n, deadline)
+
+        transport.recv = slow_first
+        t0 = time.monotonic()
+        results = one.map([Job(["python", "-c", "print(0)"]), Job(["python", "-c", "print(1)"])])
+        assert [r.stdout.strip() for r in results] == ["0", "1"]
+        assert time.monotonic() - t0 < LIMITS.wall_s  # ~0.5 s, unless the second waited for its deadline
+    finally:
+        one.close()
+
+
+def test_map_does_not_queue_large_jobs(box):
+    """A job is queued behind another only when both are small (together they fit in the
+    pipe, so sending never blocks); large ones go to idle workers, and all complete."""
+    from environments.sandbox.pool import _Lane
+
+    small, big = Job(["python", "-c", "pass"]), Job(["python", "-c", "pass"], stdin="x" * 40000)
+    box.warm()
+    lane = _Lane(next(iter(box._all)))  # only looked at, not used
+    assert box._can_queue(lane, big)  # an idle worker takes anything
+    lane.queue.append((0, 1.0, True))
+    assert box._can_queue(lane, small) and not box._can_queue(lane, big)
+    lane.queue[0] = (0, 1.0, False)
+    assert not box._can_queue(lane, small)
+    code = "import sys; print(len(sys.stdin.read()))"
+    results = box.map([Job(["python", "-c", code], stdin="x" * 40000) for _ in range(6)])
+    assert [r.stdout.strip() for r in results] == ["40000"] * 6
+
+
 def test_code_and_argv_forms(box):
     with box.workspace() as ws:
         assert ws.run(code="import sys; print(sys.argv, __name__)").stdout.strip() == "['-c'] __main__"

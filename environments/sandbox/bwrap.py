@@ -40,7 +40,7 @@ import uuid
 from pathlib import Path
 
 from environments.sandbox.base import Job, Limits
-from environments.sandbox.pool import WORKER_SOURCE, PoolSandbox, Transport, WorkerDied
+from environments.sandbox.pool import PoolSandbox, Transport, WorkerDied, worker_command
 
 NOBODY = 65534
 TMPFS_MB = 64  # each of /work and /tmp
@@ -74,6 +74,7 @@ class BwrapTransport(Transport):
     def __init__(self, proc: subprocess.Popen, errlog, cgroups: list[Path]):
         self.proc, self.errlog, self.cgroups = proc, errlog, cgroups
         self.rfd, self.wfd = proc.stdout.fileno(), proc.stdin.fileno()
+        self.buf = b""  # read ahead: a reply's length and body mostly come in one read
         self.killed = False
 
     def send(self, data: bytes) -> None:
@@ -81,17 +82,25 @@ class BwrapTransport(Transport):
             data = data[os.write(self.wfd, data):]
 
     def recv(self, n: int, deadline: float) -> bytes:
-        chunks = []
-        while n:
+        chunks, have = [self.buf], len(self.buf)
+        while have < n:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.rfd], [], [], left)[0]:
                 raise WorkerDied("no reply in time")
-            b = os.read(self.rfd, n)
+            b = os.read(self.rfd, max(n - have, 1 << 16))
             if not b:
                 raise WorkerDied(f"worker exited: {self.stderr()}")
             chunks.append(b)
-            n -= len(b)
-        return b"".join(chunks)
+            have += len(b)
+        data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
+        self.buf = data[n:]
+        return data[:n]
+
+    def fileno(self) -> int:
+        return self.rfd
+
+    def buffered(self) -> bool:
+        return bool(self.buf)
 
     def stderr(self) -> str:
         self.errlog.seek(0)
@@ -159,8 +168,10 @@ class BwrapSandbox(PoolSandbox):
             "--setenv", "HOME", "/work",
             "--setenv", "LANG", "C.UTF-8",
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            # the worker's symbols bound at start, not again in every forked child (it unsets it)
+            "--setenv", "LD_BIND_NOW", "1",
             "--",
-            self.python, "-I", "-c", WORKER_SOURCE,
+            *worker_command(self.python),
         ]  # fmt: skip
 
     def _make_cgroups(self) -> list[Path]:

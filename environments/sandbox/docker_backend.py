@@ -46,9 +46,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from environments.sandbox.base import ExecResult, Job, Limits
+from environments.sandbox.base import ExecResult, Job, Limits, Sandbox
 from environments.sandbox.docker_hosts import Host, HostSet, connect, ping
-from environments.sandbox.pool import WORKER_SOURCE, PoolSandbox, Transport, WorkerDied
+from environments.sandbox.pool import PoolSandbox, Transport, WorkerDied, worker_command
 
 DEFAULT_IMAGE = "flywheel-sandbox:latest"
 NOBODY = 65534
@@ -106,6 +106,12 @@ class DockerTransport(Transport):
                 raise WorkerDied("container closed its output")
             out += b
         return bytes(out)
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def buffered(self) -> bool:
+        return bool(self.buf)
 
     def recv(self, n: int, deadline: float) -> bytes:
         while len(self.buf) < n:
@@ -219,10 +225,10 @@ class DockerSandbox(PoolSandbox):
             pids_limit=self.limits.max_procs + 8, ipc_mode="none", auto_remove=True,
         )  # fmt: skip
         cid = api.create_container(
-            self.image, [self.python, "-I", "-c", WORKER_SOURCE], user=f"{NOBODY}:{NOBODY}",
+            self.image, worker_command(self.python), user=f"{NOBODY}:{NOBODY}",
             working_dir="/work", network_disabled=True, host_config=host_config, labels={LABEL: self.tag},
             environment={"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8",
-                         "PYTHONDONTWRITEBYTECODE": "1"},
+                         "PYTHONDONTWRITEBYTECODE": "1", "LD_BIND_NOW": "1"},  # see bwrap.py
             stdin_open=True,  # with detach=False the SDK also sets StdinOnce
         )["Id"]  # fmt: skip
         try:
@@ -272,6 +278,13 @@ class DockerSandbox(PoolSandbox):
             with self._lock:
                 self.retried += 1
         return res
+
+    def map(self, jobs: list[Job]) -> list[ExecResult]:
+        """With several hosts, jobs go through run() from one thread per slot: run() re-runs
+        a job whose host was lost, which the pool's single-thread map() does not try."""
+        if len(self.hosts.hosts) > 1:
+            return Sandbox.map(self, jobs)
+        return super().map(jobs)
 
     def _wire_limits(self, limits: Limits) -> dict:
         # Without a user namespace, RLIMIT_NPROC counts every process of uid 65534 on the

@@ -4,6 +4,8 @@ A backend only knows how to start one sandbox running `worker.py` and hand back 
 `Transport` (bytes in, bytes out, kill). Everything else lives here: the protocol,
 the pool (at most `concurrency` workers, warm, reused), recycling after N
 executions, respawning dead workers, and workspaces held across several commands.
+`map()` drives its workers from the calling thread alone, two small jobs queued on each
+(the worker starts the second the moment it has answered the first).
 
 Failure semantics, on purpose: when a worker dies or stops answering in the middle of
 an execution (the host killed it, the kernel's OOM killer took it, the container
@@ -16,8 +18,11 @@ waits `wall_s + GRACE_S` at most: a worker that overruns that is killed as hung.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import marshal
+import select
 import struct
 import threading
 import time
@@ -30,6 +35,18 @@ from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspac
 GRACE_S = 10.0  # for the worker's own bookkeeping beyond the code's wall time
 START_TIMEOUT_S = 60.0
 WORKER_SOURCE = (Path(__file__).parent / "worker.py").read_text()
+# The worker starts as `python -I -c BOOT SOURCE`: BOOT compiles SOURCE with compile(), which
+# frees the parser's memory (~1.3 MB) before the worker runs. Given as -c's own program,
+# SOURCE's parse would stay allocated as long as that program runs (the worker's whole
+# life), and every fork would copy it.
+WORKER_BOOT = "import sys; exec(compile(sys.argv[1], 'sandbox-worker', 'exec'))"
+
+
+def worker_command(python: str) -> list[str]:
+    return [python, "-I", "-c", WORKER_BOOT, WORKER_SOURCE]
+
+
+RUN_REPLY = struct.Struct("<cibdII")  # as in worker.py: b"R", exit code, flags, duration, len(out), len(err)
 
 # bwrap's --die-with-parent is tied to the *thread* that spawned it: spawn every worker
 # from one thread that lives as long as the process, never from a short-lived map() thread.
@@ -54,6 +71,14 @@ class Transport(ABC):
     def kill(self) -> None:
         """Kill the whole sandbox and release what it held (idempotent)."""
 
+    @abstractmethod
+    def fileno(self) -> int:
+        """What to select() on for the worker's replies."""
+
+    def buffered(self) -> bool:
+        """Whether bytes already read ahead wait here (select() on fileno() cannot see them)."""
+        return False
+
 
 class Worker:
     def __init__(self, transport: Transport):
@@ -67,15 +92,26 @@ class Worker:
 
     def _recv(self, deadline: float) -> dict:
         (n,) = struct.unpack(">I", self.transport.recv(4, deadline))
-        return json.loads(self.transport.recv(n, deadline))
+        data = self.transport.recv(n, deadline)
+        return decode_run(data) if data[:1] == b"R" else json.loads(data)
 
     def call(self, req: dict, timeout: float) -> dict:
+        self.send(req)
+        return self.reply(time.monotonic() + timeout)
+
+    def send(self, req: dict) -> None:
         if self.dead:
             raise WorkerDied("worker is dead")
         try:
-            data = json.dumps(req).encode()
+            data = marshal.dumps(req)
             self.transport.send(struct.pack(">I", len(data)) + data)
-            reply = self._recv(time.monotonic() + timeout)
+        except Exception as exc:
+            self.kill()
+            raise WorkerDied(f"{type(exc).__name__}: {exc}") from exc
+
+    def reply(self, deadline: float) -> dict:
+        try:
+            reply = self._recv(deadline)
         except Exception as exc:
             self.kill()
             raise WorkerDied(f"{type(exc).__name__}: {exc}") from exc
@@ -86,6 +122,39 @@ class Worker:
     def kill(self) -> None:
         self.dead = True
         self.transport.kill()
+
+
+def decode_run(data: bytes) -> dict:
+    """A run's result: a fixed struct, then stdout's and stderr's bytes (decoded here).
+    Only struct and slicing touch what the sandbox sent: never marshal or pickle."""
+    _, code, flags, duration, n_out, n_err = RUN_REPLY.unpack_from(data)
+    start = RUN_REPLY.size
+    if start + n_out + n_err != len(data):
+        raise ValueError("malformed run reply")
+    return {"exit_code": code, "stdout": data[start:start + n_out].decode("utf-8", "replace"),
+            "stderr": data[start + n_out:].decode("utf-8", "replace"), "duration_s": duration,
+            "timed_out": bool(flags & 1), "truncated": bool(flags & 2)}  # fmt: skip
+
+
+PIPELINE = 2  # jobs held by one worker in map(): the running one and the next
+PIPELINE_BYTES = 16 << 10  # a job is queued behind another only when both are this small
+
+
+def _wire_size(job: Job) -> int:
+    """An upper bound on the job's request in bytes (4 per character, as UTF-8 at worst)."""
+    chars = len(job.stdin) + sum(map(len, job.argv)) + sum(len(k) + len(v) for k, v in job.files.items())
+    return 512 + 4 * chars
+
+
+class _Lane:
+    """A worker in map(): the jobs sent to it, in order (the first is running)."""
+
+    __slots__ = ("worker", "queue", "since", "deadline")
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self.queue: collections.deque[tuple[int, float, bool]] = collections.deque()  # job, wall+grace, small
+        self.since = self.deadline = 0.0  # when the running job started, and its deadline
 
 
 class PoolWorkspace(Workspace):
@@ -150,6 +219,7 @@ class PoolSandbox(Sandbox):
         self._all: set[Worker] = set()
         self._closed = False
         self.spawned = 0  # how many workers were ever started (respawns show here)
+        self._wire_cache: dict[Limits, dict] = {}
         self.grace_s = GRACE_S
 
     @abstractmethod
@@ -167,10 +237,12 @@ class PoolSandbox(Sandbox):
             self._all.add(worker)
         return worker
 
-    def _acquire(self) -> Worker:
+    def _acquire(self, blocking: bool = True) -> Worker | None:
+        """An idle or new worker; None when not blocking and every slot is taken."""
         if self._closed:
             raise RuntimeError("sandbox is closed")
-        self._slots.acquire()
+        if not self._slots.acquire(blocking):
+            return None
         try:
             with self._lock:
                 while self._idle:
@@ -205,15 +277,35 @@ class PoolSandbox(Sandbox):
         """The limits as the worker applies them (a backend may enforce one differently)."""
         return dataclasses.asdict(limits)
 
+    def _wire_limits_cached(self, limits: Limits) -> dict:
+        wire = self._wire_cache.get(limits)  # Limits is frozen: one encoding per distinct value
+        if wire is None:
+            if len(self._wire_cache) >= 64:
+                self._wire_cache.clear()
+            wire = self._wire_cache[limits] = self._wire_limits(limits)
+        return wire
+
     def _run_on(self, worker, argv, code, stdin, limits: Limits, files, wipe) -> ExecResult:
+        start, deadline, failed = self._send_run(worker, argv, code, stdin, limits, files, wipe)
+        return failed or self._run_reply(worker, start, deadline)
+
+    def _send_run(self, worker, argv, code, stdin, limits: Limits, files, wipe):
+        """(start, deadline, None), or (.., .., the error result) when the worker is gone."""
         start = time.monotonic()
         argv = list(argv) if argv is not None else None
         # one-shot jobs (wipe) carry the environment's harness as `-c`: the worker may keep it compiled
-        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin, "limits": self._wire_limits(limits),
-               "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
+        req = {"op": "run", "argv": argv, "code": code, "stdin": stdin,
+               "limits": self._wire_limits_cached(limits), "files": files, "wipe": wipe, "cache": wipe}  # fmt: skip
         worker.uses += 1
         try:
-            reply = worker.call(req, limits.wall_s + self.grace_s)
+            worker.send(req)
+        except WorkerDied as exc:
+            return start, start, ExecResult(None, "", "", 0.0, error=f"sandbox worker died: {exc}")
+        return start, start + limits.wall_s + self.grace_s, None
+
+    def _run_reply(self, worker, start: float, deadline: float) -> ExecResult:
+        try:
+            reply = worker.reply(deadline)
         except WorkerDied as exc:
             return ExecResult(None, "", "", time.monotonic() - start, error=f"sandbox worker died: {exc}")
         except ValueError as exc:
@@ -229,6 +321,92 @@ class PoolSandbox(Sandbox):
             return self._run_on(worker, job.argv, None, job.stdin, job.limits or self.limits, job.files, True)
         finally:
             self._release(worker, wipe=False)
+
+    def map(self, jobs: list[Job]) -> list[ExecResult]:
+        """Many one-shot jobs, results in job order, all driven from this one thread (no
+        thread, future or lock hand-off per job). Each worker holds up to PIPELINE jobs:
+        it starts the next the moment it has answered one, without waiting for this
+        thread to be scheduled. A queued job has not started while the one before it
+        runs, so if the worker dies, only that one gets the error: the queued ones go to
+        another worker. Up to `concurrency` workers (fewer while workspaces hold slots:
+        the first is waited for, more are taken as they come free)."""
+        results: list[ExecResult | None] = [None] * len(jobs)
+        pending = collections.deque(range(len(jobs)))
+        lanes: dict[int, _Lane] = {}  # fileno -> a worker and the jobs sent to it, the running one first
+        try:
+            while pending or lanes:
+                while pending and len(lanes) < max(1, self.concurrency):
+                    try:
+                        worker = self._acquire(blocking=not lanes)
+                    except Exception as exc:
+                        error = f"sandbox unavailable: {type(exc).__name__}: {exc}"
+                        results[pending.popleft()] = ExecResult(None, "", "", 0.0, error=error)
+                        continue
+                    if worker is None:
+                        break
+                    lane = _Lane(worker)
+                    self._queue(lane, pending.popleft(), jobs, results)
+                    if lane.queue:
+                        lanes[worker.transport.fileno()] = lane
+                    else:
+                        self._release(worker, wipe=False)
+                for lane in lanes.values():
+                    while pending and self._can_queue(lane, jobs[pending[0]]):
+                        i = pending.popleft()
+                        if not self._queue(lane, i, jobs, results):
+                            pending.appendleft(i)  # not sent: the worker is gone, the job goes elsewhere
+                            break
+                if not lanes:
+                    continue
+                # a reply may already be here, read ahead with the one before it
+                ready = [fd for fd, lane in lanes.items() if lane.worker.transport.buffered()]
+                wait = 0.0 if ready else min(lane.deadline for lane in lanes.values()) - time.monotonic()
+                ready += select.select(list(lanes), [], [], max(0.0, wait))[0]
+                now = time.monotonic()
+                for fd, lane in list(lanes.items()):
+                    if fd not in ready and now < lane.deadline:
+                        continue
+                    i, *_ = lane.queue.popleft()  # past its deadline, reply() kills the worker
+                    results[i] = self._run_reply(lane.worker, lane.since, lane.deadline)
+                    lane.since = time.monotonic()
+                    if lane.worker.dead:  # the rest never started: they go to another worker
+                        pending.extendleft(reversed([j for j, *_ in lane.queue]))
+                        lane.queue.clear()
+                    if lane.queue:
+                        lane.deadline = lane.since + lane.queue[0][1]
+                    else:
+                        del lanes[fd]
+                        self._release(lane.worker, wipe=False)
+        finally:
+            for lane in lanes.values():  # only when interrupted: their state is unknown
+                lane.worker.kill()
+                self._release(lane.worker, wipe=False)
+        return results
+
+    def _can_queue(self, lane: "_Lane", job: Job) -> bool:
+        """One more job for a busy worker? Only small ones (together they fit in the pipe, so
+        sending never blocks), and none for a worker due for recycling."""
+        if not lane.queue:
+            return True
+        worn = self.recycle_after and lane.worker.uses >= self.recycle_after
+        return (len(lane.queue) < PIPELINE and not worn and not lane.worker.dead
+                and _wire_size(job) <= PIPELINE_BYTES and all(small for *_, small in lane.queue))
+
+    def _queue(self, lane: "_Lane", i: int, jobs: list[Job], results: list) -> bool:
+        """Send job i to the lane's worker; False when that failed. A first job's failure is
+        its result (as in run()); a queued one's is not: it never started."""
+        job = jobs[i]
+        limits = job.limits or self.limits
+        worker = lane.worker
+        start, deadline, failed = self._send_run(worker, job.argv, None, job.stdin, limits, job.files, True)
+        if failed:
+            if not lane.queue:
+                results[i] = failed
+            return False
+        if not lane.queue:
+            lane.since, lane.deadline = start, deadline
+        lane.queue.append((i, limits.wall_s + self.grace_s, _wire_size(job) <= PIPELINE_BYTES))
+        return True
 
     def workspace(self, files: dict[str, str] | None = None) -> PoolWorkspace:
         return PoolWorkspace(self, files or {})

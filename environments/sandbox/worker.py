@@ -1,11 +1,16 @@
 """The fork-server that runs INSIDE a sandbox (a bwrap namespace or a container).
 
 Standard library only, and it must run under the sandbox's own /usr/bin/python3: the
-host sends this file's source as `python3 -I -c SOURCE`, so neither the host's
-interpreter, packages nor environment ever enter the sandbox.
+host sends this file's source on the command line (`python3 -I -c BOOT SOURCE`, see
+pool.py), so neither the host's interpreter, packages nor environment ever enter the
+sandbox.
 
 Protocol: on stdin/stdout, each message is a 4-byte big-endian length followed by that
-many bytes of JSON. One request, one reply, in order. Requests (`op`):
+many bytes. A request is a `marshal`-encoded dict (the host is trusted: only the worker
+decodes marshal). A reply is JSON, except the result of `run`: `R`, a fixed struct
+(exit code, flags, duration, the two lengths), then stdout's and stderr's raw bytes, so
+neither side encodes or escapes the output (the host decodes it as UTF-8, replacing
+what is not). One request, one reply, in order. Requests (`op`):
 
 - `run`: argv or code, stdin, limits -> exit_code, stdout, stderr, duration_s,
   timed_out, truncated. A child is forked per execution: new session, rlimits, cwd
@@ -22,13 +27,21 @@ this worker is pid 1 of its pid namespace, `kill(-1, SIGKILL)` reaches every oth
 process in the sandbox (detached daemons included) but never the worker itself (the
 kernel exempts pid 1 from kill(-1), and drops SIGKILL sent to a namespace's init from
 inside it). Orphans reparent to pid 1 and are reaped. `wipe` empties /work and /tmp.
-The worker makes itself non-dumpable, so a child cannot ptrace it or read its /proc
-entries. If the worker is not pid 1 (never the case in our backends) it refuses
-`kill(-1)` and only kills the process group.
+The worker makes itself non-dumpable (PR_SET_DUMPABLE), so a child cannot ptrace it or
+read its /proc entries. If the worker is not pid 1 (never the case in our backends) it
+refuses `kill(-1)` and only kills the process group.
+
+Cost: what a run costs is mostly the kernel's, for the fork: copying the worker's page
+tables, a copy-on-write fault for every page the child or the worker writes while both
+exist, tearing the child's pages down at its exit. So the worker keeps its heap small,
+works out before the fork what the child needs, and writes as little as it can while a
+child runs; see prepare() and run().
 """
 
+import _signal
 import gc
 import json
+import marshal
 import os
 import select
 import signal
@@ -43,29 +56,72 @@ FAST_FLAGS = {"-I", "-S", "-u", "-B", "-E", "-s"}
 RLIMITS = {"memory_mb": ("RLIMIT_AS", 1 << 20), "cpu_s": ("RLIMIT_CPU", 1),
            "max_procs": ("RLIMIT_NPROC", 1), "file_size_mb": ("RLIMIT_FSIZE", 1 << 20)}
 SNAPSHOT_MAX = 64 << 20
-IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-           signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+# A child that has written nothing wakes the worker once, at its exit, not also at its first
+# write (a wake-up while the child runs costs copy-on-write faults in the worker); the pipes
+# are looked at after QUIET_S, then at doubling intervals up to QUIET_MAX_S, so a child
+# that fills a pipe is not left blocked for longer than that.
+QUIET_S, QUIET_MAX_S = 0.004, 0.064
+RUN_REPLY = struct.Struct("<cibdII")  # b"R", exit code, timed_out | truncated << 1, duration, len(out, err)
+IGNORED = tuple(int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                                 signal.SIGUSR2, signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN,
+                                 signal.SIGTTOU))
+EXEC_ENV = {"PATH": "/usr/bin:/bin", "HOME": WORK, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
 snapshot = {}
 
 
-def nondumpable():
+def libc(name, *args):
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        getattr(ctypes.CDLL(None), name)(*args)
     except Exception:
         pass
+
+
+def share_code_mappings():
+    """Have every fork copy the page-table entries of the interpreter's and libc's code and
+    read-only data, instead of every child faulting them in again (~60 faults a run). The
+    kernel copies a private file mapping's entries at fork only once the mapping has an
+    anon_vma, which its first copy-on-write gives it: so each such mapping is made writable
+    for a moment, one byte is written with its own value, and the mapping is made read-only
+    again. Only here, at start-up, before anything else runs in the sandbox. Where the
+    kernel refuses to make code writable, nothing changes; if it then refused to make it
+    read-only again, the worker stops (it never runs code with writable code pages)."""
+    try:
+        import ctypes
+
+        mprotect = ctypes.CDLL(None, use_errno=True).mprotect
+        mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        with open("/proc/self/maps") as f:
+            maps = [line.split() for line in f]
+    except Exception:
+        return
+    mine = os.path.realpath(sys.executable)
+    for p in maps:
+        if len(p) < 6 or p[1] not in ("r-xp", "r--p") or not (p[5] == mine or "/libc.so" in p[5]):
+            continue
+        lo, hi = (int(x, 16) for x in p[0].split("-"))
+        prot = 5 if p[1] == "r-xp" else 1  # PROT_READ | PROT_EXEC, or PROT_READ
+        if mprotect(lo, hi - lo, prot | 2) != 0:  # | PROT_WRITE
+            continue
+        byte = ctypes.c_char.from_address(lo)
+        byte.value = byte.value
+        if mprotect(lo, hi - lo, prot) != 0:
+            raise SystemExit("sandbox worker: cannot make its code read-only again")
 
 
 def read_msg(fd):
     head = read_exact(fd, 4)
     if head is None:
         return None
-    return json.loads(read_exact(fd, struct.unpack(">I", head)[0]))
+    return marshal.loads(read_exact(fd, struct.unpack(">I", head)[0]))
 
 
 def read_exact(fd, n):
-    chunks = []
+    first = os.read(fd, min(n, 1 << 20))
+    if len(first) == n or not first:  # the common case: all of it at once (or EOF)
+        return first or None
+    chunks, n = [first], n - len(first)
     while n:
         b = os.read(fd, min(n, 1 << 20))
         if not b:
@@ -75,8 +131,9 @@ def read_exact(fd, n):
     return b"".join(chunks)
 
 
-def write_msg(fd, obj):
-    data = json.dumps(obj).encode()
+def write_msg(fd, reply):
+    """A dict as JSON, or a payload already encoded (a run's result)."""
+    data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
     data = struct.pack(">I", len(data)) + data
     while data:
         data = data[os.write(fd, data):]
@@ -97,7 +154,44 @@ def fast_path(argv):
     return None
 
 
-def child(req, stdin_fd, out_w, err_w, keep):
+def prepare(req, keep):
+    """What the child needs, worked out in the worker before the fork: a child pays a
+    copy-on-write fault for every page it writes, the worker only a cheap one, so the
+    child only applies what is computed here. (A `SCRIPT.py` is read in the child: it
+    is the code's own file, which the worker never opens.)"""
+    lim = req["limits"]
+    key = tuple(lim[k] for k in RLIMITS)
+    rlimits = keep["rlimits"].get(key)
+    if rlimits is None:  # the same few limits every time: worked out once
+        rlimits = [(getattr(resource, name), int(lim[k] * unit)) for k, (name, unit) in RLIMITS.items()]
+        rlimits += [(resource.RLIMIT_NOFILE, 256), (resource.RLIMIT_CORE, 0)]
+        keep["rlimits"] = {key: rlimits} if len(keep["rlimits"]) >= 16 else {**keep["rlimits"], key: rlimits}
+    argv = req.get("argv") or ["python", "-c", req.get("code", "")]
+    fast = fast_path(argv)
+    if fast is None:
+        prog = sys.executable if argv[0] == "python" else argv[0]
+        return rlimits, ("exec", prog, [prog, *argv[1:]])
+    precompile(req, fast, keep)
+    code, filename, args, isolated = fast
+    if code is not None:
+        code = keep["compiled"].get(code, code)
+    # sys.path and __main__ are made once and handed to every child: a child changes only
+    # its own copy of them, the worker never runs code in them (so they stay pristine)
+    path = keep["path"]
+    if not isolated:
+        here = "" if filename == "<string>" else os.path.dirname(os.path.normpath(os.path.join(WORK, filename)))
+        path = [here, *path]
+    main = keep["main"].get(filename)
+    if main is None:
+        main = type(sys)("__main__")
+        main.__dict__.update({"__file__": filename, "__builtins__": __builtins__})
+        if len(keep["main"]) >= 64:
+            keep["main"].clear()
+        keep["main"][filename] = main
+    return rlimits, ("python", code, filename, args, path, main)
+
+
+def child(rlimits, how, stdin_fd, out_w, err_w, keep):
     """In the forked child: never returns."""
     try:
         os.setsid()
@@ -106,51 +200,40 @@ def child(req, stdin_fd, out_w, err_w, keep):
         os.dup2(err_w, 2)
         os.closerange(3, 65536)  # the worker's protocol pipes above all
         for sig in IGNORED:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh python
+            _signal.signal(sig, _signal.SIG_DFL)
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # as in a fresh python
         os.chdir(WORK)
-        lim = req["limits"]
-        for key, (name, unit) in RLIMITS.items():
-            v = int(lim[key] * unit)
-            resource.setrlimit(getattr(resource, name), (v, v))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        argv = req.get("argv") or ["python", "-c", req.get("code", "")]
-        fast = fast_path(argv)
-        if fast is None:
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a fresh process would have it
-            prog = sys.executable if argv[0] == "python" else argv[0]
-            env = {"PATH": "/usr/bin:/bin", "HOME": WORK, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        for res, v in rlimits:
+            resource.setrlimit(res, (v, v))
+        if how[0] == "exec":
+            _, prog, argv = how
+            _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)  # as a fresh process would have it
             try:
-                os.execvpe(prog, [prog if argv[0] == "python" else argv[0], *argv[1:]], env)
+                os.execvpe(prog, argv, EXEC_ENV)
             except OSError as e:
                 os.write(2, f"exec failed: {argv[0]}: {e}\n".encode())
                 os._exit(127)
-        code, filename, sys.argv, isolated = fast
+        _, code, filename, sys.argv, sys.path, main = how
         if code is None:
             with open(filename, "rb") as f:
                 code = f.read()
-        else:
-            code = keep["compiled"].get(code, code)
-        sys.path[:] = keep["path"]
-        if not isolated:
-            sys.path.insert(0, "" if filename == "<string>" else os.path.dirname(os.path.abspath(filename)))
         sys.stdin, sys.stdout, sys.stderr = keep["stdio"]  # made unused in the worker: empty buffers
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-        sys.modules["__main__"] = type(sys)("__main__")
-        ns = sys.modules["__main__"].__dict__
-        ns.update({"__name__": "__main__", "__file__": filename, "__builtins__": __builtins__})
+        sys.modules["__main__"] = main
         status = 0
         try:
-            exec(code if not isinstance(code, (str, bytes)) else compile(code, filename, "exec"), ns)
+            if isinstance(code, (str, bytes)):
+                code = compile(code, filename, "exec")
+            exec(code, main.__dict__)
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if e.code is not None and not isinstance(e.code, int):
                 print(e.code, file=sys.stderr)
-        except BaseException:
+        except BaseException as e:
             import traceback
 
-            traceback.print_exc()
+            # from the code's own frames on, as python prints it (not this function's)
+            traceback.print_exception(type(e), e, e.__traceback__.tb_next)
             status = 1
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -172,6 +255,8 @@ def reap_all():
         if init:  # again each time: nothing can fork past a SIGKILL, but be sure
             try:
                 os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:  # no other process at all, not even a zombie: nothing to reap
+                return
             except OSError:
                 pass
         try:
@@ -182,29 +267,27 @@ def reap_all():
             return
 
 
-def precompile(req, keep):
+def precompile(req, fast, keep):
     """Compile `-c` code in the worker, where the code object stays for the next
     executions (a verifier's harness is the same every time); children inherit it by
     fork. A compile error is left for the child to raise, as python would. Only when
     the host asks (`cache`: one-shot jobs, whose `-c` is the environment's harness): a
     later child could read the cache, so model-written commands never enter it."""
-    if not req.get("cache"):
-        return
-    fast = fast_path(req.get("argv") or ["python", "-c", req.get("code") or ""])
     cache = keep["compiled"]
-    if fast and fast[0] is not None and fast[0] not in cache and len(fast[0]) < 1 << 16:
-        try:
-            code = compile(fast[0], "<string>", "exec", dont_inherit=True)
-        except BaseException:
-            return
-        if len(cache) >= 64:
-            cache.pop(next(iter(cache)))
-        cache[fast[0]] = code
-        gc.freeze()  # what the worker holds now is never scanned (nor copied) by a child's gc
+    if not req.get("cache") or fast[0] is None or fast[0] in cache or len(fast[0]) >= 1 << 16:
+        return
+    try:
+        code = compile(fast[0], "<string>", "exec", dont_inherit=True)
+    except BaseException:
+        return
+    if len(cache) >= 64:
+        cache.pop(next(iter(cache)))
+    cache[fast[0]] = code
+    gc.freeze()  # what the worker holds now is never scanned (nor copied) by a child's gc
 
 
 def run(req, keep):
-    precompile(req, keep)
+    rlimits, how = prepare(req, keep)
     lim = req["limits"]
     cap = int(lim["output_bytes"])
     stdin_fd = os.memfd_create("stdin")
@@ -212,17 +295,21 @@ def run(req, keep):
     os.lseek(stdin_fd, 0, 0)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    wall = float(lim["wall_s"])
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        child(req, stdin_fd, out_w, err_w, keep)
+        child(rlimits, how, stdin_fd, out_w, err_w, keep)
+    # While the child runs, every page this process writes is copied: wait first, tidy up after.
+    pidfd = os.pidfd_open(pid)
+    status = os.waitpid(pid, 0)[1] if select.select([pidfd], [], [], min(wall, QUIET_S))[0] else None
     for fd in (stdin_fd, out_w, err_w):
         os.close(fd)
-    pidfd = os.pidfd_open(pid)
     bufs = {out_r: bytearray(), err_r: bytearray()}
-    truncated, timed_out, status = False, False, None
-    deadline = start + float(lim["wall_s"])
+    truncated, timed_out = False, False
+    deadline = start + wall
     open_fds = [out_r, err_r, pidfd]
+    quiet = 2 * QUIET_S
     while status is None:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -234,7 +321,15 @@ def run(req, keep):
             os.kill(pid, signal.SIGKILL)
             status = os.waitpid(pid, 0)[1]
             break
-        ready, _, _ = select.select(open_fds, [], [], left)
+        if quiet:  # nothing written yet? then sleep on its exit alone, and look at the pipes now and then
+            ready = select.select(open_fds, [], [], 0)[0]
+            if ready:
+                quiet = 0  # it writes: from now on every pipe wakes us
+            else:
+                ready = select.select([pidfd], [], [], min(left, quiet))[0]
+                quiet = min(2 * quiet, QUIET_MAX_S)
+        else:
+            ready = select.select(open_fds, [], [], left)[0]
         for fd in ready:
             if fd == pidfd:
                 status = os.waitpid(pid, 0)[1]
@@ -247,10 +342,10 @@ def run(req, keep):
         while fd in open_fds:
             truncated |= drain(fd, bufs[fd], cap, open_fds)
         os.close(fd)
+    out, err = bufs[out_r], bufs[err_r]
     code = os.waitstatus_to_exitcode(status)
-    return {"exit_code": code, "stdout": bufs[out_r].decode("utf-8", "replace"),
-            "stderr": bufs[err_r].decode("utf-8", "replace"), "duration_s": duration,
-            "timed_out": timed_out, "truncated": truncated}
+    head = RUN_REPLY.pack(b"R", code, timed_out | truncated << 1, duration, len(out), len(err))
+    return b"".join((head, out, err))
 
 
 def drain(fd, buf, cap, open_fds):
@@ -297,11 +392,21 @@ def safe_path(name):
 def put(files):
     for name, content in files.items():
         p = safe_path(name)
-        os.makedirs(os.path.dirname(p), exist_ok=True)
+        if os.path.dirname(p) != WORK:
+            os.makedirs(os.path.dirname(p), exist_ok=True)
         if os.path.islink(p):
             os.unlink(p)
-        with open(p, "w") as f:
-            f.write(content)
+        write_file(p, content.encode(), 0o666)
+
+
+def write_file(path, data, mode):
+    """As open(path, "w").write(...), in plain syscalls (no io objects to build)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 def take_snapshot():
@@ -335,9 +440,7 @@ def restore(snap):
         elif kind == "l":
             os.symlink(data, p)
         else:
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-            os.write(fd, data)
-            os.close(fd)
+            write_file(p, data, mode)
 
 
 def handle(req, keep):
@@ -376,17 +479,25 @@ def main():
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    nondumpable()
+    libc("prctl", 4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4: not dumpable
+    os.environ.pop("LD_BIND_NOW", None)  # see bwrap.py: for this process only, not the code's environment
     # A namespace's init gets only the signals it handles from inside: handle none.
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     stdio = [open(fd, "w" if fd else "r", encoding="utf-8", closefd=False,
                   errors="backslashreplace" if fd == 2 else "strict") for fd in (0, 1, 2)]
-    keep = {"path": list(sys.path), "compiled": {}, "stdio": stdio}
+    keep = {"path": list(sys.path), "compiled": {}, "stdio": stdio, "rlimits": {}, "main": {},
+            # what a child replaces stays referenced here: if the child dropped the last
+            # reference (the interpreter's own std streams, argv, path, __main__), every
+            # child would finalize and free them, writing to their pages (copy-on-write)
+            "replaced": (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__,
+                         sys.argv, sys.path, sys.modules["__main__"])}
     # -I ignores PYTHONDONTWRITEBYTECODE: say it here, or forked children write .pyc files
     # into /work, whose second-granular mtimes then hide an edit of the same size.
     sys.dont_write_bytecode = True
     gc.freeze()
+    libc("malloc_trim", 0)  # what compiling this file left free: every fork would copy it
+    share_code_mappings()
     os.umask(0o022)
     for d in (WORK, TMP):
         os.chmod(d, 0o700)  # this uid only
