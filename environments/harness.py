@@ -19,8 +19,13 @@ import secrets
 from environments.sandbox import ExecResult, Job
 
 HARNESS = r"""
-import json, os, signal, sys
-spec = json.loads(sys.stdin.read())
+import json, os, _signal
+def read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+spec = json.loads(read_all(0))
 nonce, entry, inputs, call = spec.pop("nonce"), spec["entry"], spec.pop("inputs"), spec["call"]
 out = os.dup(1)
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the solution's prints go nowhere
@@ -29,31 +34,35 @@ def report(**result):
     os._exit(0)
 def on_alarm(*_):
     raise TimeoutError("test took too long")
-signal.signal(signal.SIGALRM, on_alarm)
+_signal.signal(_signal.SIGALRM, on_alarm)
 ns = {"__name__": "solution"}
 try:
-    signal.alarm(5)
-    exec(compile(open("solution.py").read(), "solution.py", "exec"), ns)
-    signal.alarm(0)
+    _signal.alarm(5)
+    source_fd = os.open("solution.py", os.O_RDONLY)
+    source = read_all(source_fd)
+    os.close(source_fd)
+    exec(compile(source, "solution.py", "exec"), ns)
+    _signal.alarm(0)
 except BaseException as e:
     report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
 fn = ns.get(entry)
 if not callable(fn):
     report(outputs=[], error=f"no function named {entry}")
+canonical = json.JSONEncoder(sort_keys=True).encode
 outputs, first_error, timed_out = [], "", False
 for arg in inputs:
     try:
-        signal.alarm(spec["test_timeout_s"])
+        _signal.alarm(spec["test_timeout_s"])
         got = fn(*arg) if call == "args" else fn(arg)
-        signal.alarm(0)
+        _signal.alarm(0)
         if call == "args":
-            got = json.dumps(got, sort_keys=True)
+            got = canonical(got)
         elif type(got) is not str:
             first_error = first_error or f"returned {type(got).__name__}, not str"
             got = None
         outputs.append(got)
     except BaseException as e:
-        signal.alarm(0)
+        _signal.alarm(0)
         outputs.append(None)
         first_error = first_error or f"{type(e).__name__}: {e}"[:300]
         if isinstance(e, TimeoutError):

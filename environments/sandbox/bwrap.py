@@ -40,7 +40,8 @@ import uuid
 from pathlib import Path
 
 from environments.sandbox.base import Job, Limits
-from environments.sandbox.pool import PoolSandbox, Transport, WorkerDied, worker_command
+from environments.sandbox.pool import PoolSandbox
+from environments.sandbox.protocol import Transport, WorkerDied, worker_command
 
 NOBODY = 65534
 TMPFS_MB = 64  # each of /work and /tmp

@@ -48,7 +48,8 @@ from pathlib import Path
 
 from environments.sandbox.base import ExecResult, Job, Limits, Sandbox
 from environments.sandbox.docker_hosts import Host, HostSet, connect, ping
-from environments.sandbox.pool import PoolSandbox, Transport, WorkerDied, worker_command
+from environments.sandbox.pool import PoolSandbox
+from environments.sandbox.protocol import Transport, WorkerDied, worker_command
 
 DEFAULT_IMAGE = "flywheel-sandbox:latest"
 NOBODY = 65534

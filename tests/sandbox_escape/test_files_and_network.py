@@ -90,6 +90,12 @@ for p in ['link', 'env', 'root' + {secret!r}]:
                 assert CANARY not in ws.read_file(name)
             except (ValueError, OSError):
                 pass
+        # a file the host puts where the code left a link replaces the link, never writes through it
+        ws.run(code="import os; open('/tmp/target', 'w').write('kept'); os.symlink('/tmp/target', 'solution.py')")
+        ws.put({"solution.py": "new"})
+        res = ws.run(code="import os; print(os.path.islink('solution.py'), open('solution.py').read(), "
+                          "open('/tmp/target').read())")
+        assert res.stdout.split() == ["False", "new", "kept"]
 
 
 def test_file_from_one_execution_is_gone_in_the_next(contained):
