@@ -217,7 +217,8 @@ def sandbox_build_image(
 ):
     """Build the docker sandbox image locally (no registry) from this machine's system python,
     on every configured docker host."""
-    from environments.sandbox.docker_backend import build_image, docker_unavailable
+    from environments.sandbox.docker_backend import docker_unavailable
+    from environments.sandbox.docker_image import build_image
 
     config = load_config(config_file, [])
     hosts = host or config.sandbox.docker_hosts or [""]

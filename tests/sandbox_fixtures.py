@@ -25,12 +25,8 @@ def make_box(backend: str, limits: Limits, concurrency: int, **kw):
         from environments.sandbox.bwrap import BwrapSandbox
 
         return BwrapSandbox(limits, concurrency, **kw)
-    from environments.sandbox.docker_backend import (
-        DEFAULT_IMAGE,
-        DockerSandbox,
-        build_image,
-        docker_unavailable,
-    )
+    from environments.sandbox.docker_backend import DockerSandbox, docker_unavailable
+    from environments.sandbox.docker_image import DEFAULT_IMAGE, build_image
 
     why = docker_unavailable()
     if why:
