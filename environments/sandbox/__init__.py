@@ -1,6 +1,8 @@
 """Sandbox backends, chosen by `sandbox.backend` in the config. One file per backend:
 bwrap.py (the default), docker_backend.py, process.py (UNSAFE, development only);
-worker.py runs inside the bwrap and docker sandboxes, pool.py is their shared host side."""
+worker.py (with worker_startup.py, worker_workspace.py, worker_child.py: one program) runs
+inside the bwrap and docker sandboxes; pool.py and protocol.py are their shared host side,
+docker_image.py builds the docker image and docker_hosts.py watches several engines."""
 
 from __future__ import annotations
 
