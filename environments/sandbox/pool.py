@@ -1,10 +1,11 @@
 """The host side of the warm pool shared by the bwrap and docker backends.
 
 A backend only knows how to start one sandbox running `worker.py` and hand back a
-`Transport` (bytes in, bytes out, kill; protocol.py). Everything else lives here: the pool (at most `concurrency` workers, warm, reused), recycling after N
-executions, respawning dead workers, and workspaces held across several commands.
-`map()` drives its workers from the calling thread alone, two small jobs queued on each
-(the worker starts the second the moment it has answered the first).
+`Transport` (bytes in, bytes out, kill; protocol.py). Everything else lives here: the
+pool (at most `concurrency` workers, warm, reused), recycling after N executions,
+respawning dead workers, and workspaces held across several commands. `map()` drives
+its workers from the calling thread alone, two small jobs queued on each (the worker
+starts the second the moment it has answered the first).
 
 Failure semantics, on purpose: when a worker dies or stops answering in the middle of
 an execution (the host killed it, the kernel's OOM killer took it, the container

@@ -123,10 +123,10 @@ def run(req, keep):
     wall = float(lim["wall_s"])
     start = time.monotonic()
     if how[0] == "python":
-        install(how)
+        install(how, keep)
     pid = os.fork()
     if pid == 0:
-        child(rlimits, how, stdin_fd, out_w, err_w, keep)
+        child(rlimits, how, stdin_fd, out_w, err_w)
     # While the child runs, every page this process writes is copied: wait first, tidy up after.
     pidfd = os.pidfd_open(pid)
     status = os.waitpid(pid, 0)[1] if select.select([pidfd], [], [], min(wall, QUIET_S))[0] else None
@@ -232,7 +232,7 @@ def main():
         signal.signal(sig, signal.SIG_IGN)
     stdio = [open(fd, "w" if fd else "r", encoding="utf-8", closefd=False,
                   errors="backslashreplace" if fd == 2 else "strict") for fd in (0, 1, 2)]
-    keep = {"path": list(sys.path), "compiled": {}, "stdio": stdio, "rlimits": {}, "main": {}, "argv": {},
+    keep = {"path": list(sys.path), "compiled": {}, "rlimits": {}, "main": {}, "argv": {},
             # what the worker replaces stays referenced here, never finalized
             "replaced": (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__,
                          sys.argv, sys.path, sys.modules["__main__"])}

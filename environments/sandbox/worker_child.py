@@ -80,22 +80,23 @@ def prepare(req, keep):
     return rlimits, ("python", code, filename, args, path, main)
 
 
-def install(how):
+def install(how, keep):
     """Make the worker's own sys.argv, sys.path and __main__ what the next child needs, so
     the child inherits them instead of assigning them: each object a child touches is a
     page it copies, and these rarely change between runs. The worker never reads them
-    after start-up; sys.path only ever takes the isolated path here (never one holding
-    /work: the worker must not import from where the code writes)."""
+    after start-up; sys.path only ever takes the isolated path here (a non-isolated one
+    starts with the code's directory, "" or under /work: the worker must never import
+    from where the code writes)."""
     _, _, _, args, path, main = how
     if sys.argv is not args:
         sys.argv = args
-    if path is not sys.path and not any(p.startswith(WORK) for p in path):
+    if path is keep["path"] and sys.path is not path:
         sys.path = path
     if sys.modules["__main__"] is not main:
         sys.modules["__main__"] = main
 
 
-def child(rlimits, how, stdin_fd, out_w, err_w, keep):
+def child(rlimits, how, stdin_fd, out_w, err_w):
     """In the forked child: never returns."""
     try:
         os.setsid()
