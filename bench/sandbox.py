@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from environments import get_environment  # noqa: E402
 from environments.sandbox import Job, Limits  # noqa: E402
+from flywheel.config import SandboxConfig  # noqa: E402
 
 LEVELS = (1, 2, 3)
 
@@ -95,6 +96,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,2,4,8")
     ap.add_argument("--backends", default="bwrap,docker")
     ap.add_argument("--rounds", type=int, default=2, help="best of this many rounds")
+    ap.add_argument("--recycle-after", type=int, default=SandboxConfig().recycle_after,
+                    help="both pools replace a worker after this many executions (default: the config's)")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     fds0, tmp0 = len(os.listdir("/proc/self/fd")), temp_dirs()
@@ -110,12 +113,12 @@ def main() -> None:
                 from environments.sandbox.bwrap import BwrapSandbox
 
                 BwrapSandbox(limits, 1).close()  # fails here when bwrap is missing
-                pools[f"{backend} pool"] = lambda c: BwrapSandbox(limits, c)
+                pools[f"{backend} pool"] = lambda c: BwrapSandbox(limits, c, recycle_after=args.recycle_after)
             else:
                 from environments.sandbox.docker_backend import DockerSandbox
 
                 DockerSandbox(limits, 1).close()  # fails here without an engine or the image
-                pools[f"{backend} pool"] = lambda c: DockerSandbox(limits, c, recycle_after=1000)
+                pools[f"{backend} pool"] = lambda c: DockerSandbox(limits, c, recycle_after=args.recycle_after)
         except RuntimeError as exc:
             print(f"{backend} pool: skipped ({exc})")
     # Side by side per concurrency level, best of `rounds`: the machine is shared and

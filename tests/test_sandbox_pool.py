@@ -4,6 +4,8 @@ bwrap's cgroups, and the config that picks a backend."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from environments.sandbox import Job, Limits
@@ -61,9 +63,16 @@ def test_workspace_survives_its_worker_dying(box):
 
 
 def test_workers_are_recycled_after_n_executions(box):
+    """Worn workers are killed and replaced in the background (never more live workers
+    than the pool's size), and every job still gets its own result."""
     before = box.spawned
-    box.map([Job(["python", "-c", "pass"])] * 120)
+    results = box.map([Job(["python", "-c", f"print({i})"]) for i in range(120)])
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(120)]
     assert box.spawned >= before + 2  # 120 executions over 2 workers, recycled every 50
+    for _ in range(3):
+        assert box.run(Job(["python", "-c", "pass"])).exit_code == 0
+    time.sleep(0.5)
+    assert len(box._all) <= box.concurrency and not box._warming
     assert box.idle_leftovers() == []
 
 

@@ -1,12 +1,19 @@
 """docker backend: the same fork-server worker, in long-lived containers.
 
 Each pool worker is one container running `worker.py` as its pid 1 (so kill(-1) of
-leftovers works exactly as under bwrap), talking over the container's attached
-stdin/stdout. A container is recycled (removed, replaced) after `recycle_after`
-executions, and killed and force-removed when it dies or stops answering: killing only
-a client would leave the container running. Containers are created with
-`stdin_once` and `auto_remove`, so if this process dies the worker reads EOF, exits
-and its container disappears with it.
+leftovers works exactly as under bwrap). On an engine reached through a unix socket (the
+same machine) the worker talks to us over a unix socket of our own, bind-mounted
+read-only into that container alone: we accept its one connection, then unlink the
+socket and close the listener, so nothing else in the container can connect again. This
+keeps dockerd and containerd off the data path: through docker's attach stream every
+message crossed both (measured: ~14% of the 2 cores went to dockerd at c=4, and the
+pool ran at ~0.7x the bwrap pool's rate). A remote engine (tcp://, ssh://) gets the
+attach stream of the container's stdin/stdout (`transport="attach"` forces it).
+A container is recycled (removed, replaced) after `recycle_after` executions, and
+killed and force-removed when it dies or stops answering: killing only a client would
+leave the container running. Containers are created with `auto_remove`, so if this
+process dies the worker reads EOF (on its socket, or on its stdin, attached with
+`stdin_once`), exits and its container disappears with it.
 
 Every container: non-root user 65534, network mode none, read-only root, /work and
 /tmp as size-limited tmpfs, all capabilities dropped, no-new-privileges, no IPC
@@ -35,19 +42,22 @@ user-namespace remapping in dockerd.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import struct
+import tempfile
 import time
 
 from environments.sandbox.base import ExecResult, Job, Limits, Sandbox
 from environments.sandbox.docker_hosts import Host, HostSet, ping
 from environments.sandbox.docker_image import DEFAULT_IMAGE, NOBODY
 from environments.sandbox.pool import PoolSandbox
-from environments.sandbox.protocol import Transport, WorkerDied, worker_command
+from environments.sandbox.protocol import START_TIMEOUT_S, Transport, WorkerDied, worker_command
 
 TMPFS_MB = 64
 WORKER_MB = 64
 LABEL = "flywheel.sandbox"
+SOCKET_DIR = "/flywheel"  # where a worker's socket is mounted in its container
 
 
 def docker_unavailable(hosts: list[str] | None = None) -> str | None:
@@ -61,11 +71,12 @@ def docker_unavailable(hosts: list[str] | None = None) -> str | None:
 
 
 class DockerTransport(Transport):
-    """The container's attached stdin/stdout. Without a tty docker multiplexes the
-    output: 8-byte frame headers (stream, 0, 0, 0, big-endian size)."""
+    """A stream socket to one container's worker: our own unix socket (`framed=False`),
+    or the container's attached stdin/stdout, whose output docker multiplexes without a
+    tty: 8-byte frame headers (stream, 0, 0, 0, big-endian size)."""
 
-    def __init__(self, client, container, sock, host: Host | None = None, on_gone=None):
-        self.client, self.container, self.sock = client, container, sock
+    def __init__(self, client, container, sock, host: Host | None = None, on_gone=None, framed: bool = True):
+        self.client, self.container, self.sock, self.framed = client, container, sock, framed
         self.raw: socket.socket = getattr(sock, "_sock", sock)
         self.buf = bytearray()
         self.killed = False
@@ -75,6 +86,9 @@ class DockerTransport(Transport):
         self.raw.sendall(data)
 
     def _frame(self, deadline: float) -> None:
+        if not self.framed:
+            self.buf += self._read_raw(0, deadline)
+            return
         head = self._read_raw(8, deadline)
         stream, size = head[0], struct.unpack(">I", head[4:])[0]
         data = self._read_raw(size, deadline)
@@ -82,14 +96,15 @@ class DockerTransport(Transport):
             self.buf += data
 
     def _read_raw(self, n: int, deadline: float) -> bytes:
+        """Exactly n bytes; n=0: whatever one read brings (at least one byte)."""
         out = bytearray()
-        while len(out) < n:
+        while len(out) < n or not out:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WorkerDied("no reply in time")
             self.raw.settimeout(left)
             try:
-                b = self.raw.recv(n - len(out))
+                b = self.raw.recv(n - len(out) if n else 1 << 16)
             except socket.timeout:
                 raise WorkerDied("no reply in time") from None
             if not b:
@@ -147,10 +162,12 @@ class DockerSandbox(PoolSandbox):
     name = "docker"
 
     def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
-                 recycle_after: int = 1000, image: str = DEFAULT_IMAGE, hosts: list[str] | None = None,
-                 health_interval_s: float | None = None):
+                 recycle_after: int = 10_000, image: str = DEFAULT_IMAGE, hosts: list[str] | None = None,
+                 health_interval_s: float | None = None, transport: str = "auto"):
+        if transport not in ("auto", "socket", "attach"):
+            raise ValueError(f"docker transport must be auto, socket or attach, not {transport!r}")
         super().__init__(limits, concurrency, python, recycle_after)
-        self.image = image
+        self.image, self.transport = image, transport
         self.tag = f"{os.getpid()}-{id(self):x}"
         self.retried = 0  # one-shot jobs run again because their host was lost
         self.retired = 0  # workers retired from a crowded host to even out the load
@@ -205,36 +222,88 @@ class DockerSandbox(PoolSandbox):
                     raise  # the engine answers: a real error, which another host would repeat
         raise RuntimeError(self.hosts.none_healthy())
 
+    def _uses_socket(self, host: Host) -> bool:
+        """Our own unix socket needs the engine on this machine: one reached by a unix socket."""
+        if self.transport != "auto":
+            return self.transport == "socket"
+        return (host.url or os.environ.get("DOCKER_HOST") or "unix://").startswith("unix://")
+
     def _spawn_on(self, host: Host) -> DockerTransport:
         budget = f"{self.limits.memory_mb + 2 * TMPFS_MB + WORKER_MB}m"
         tmpfs = f"size={TMPFS_MB}m,uid={NOBODY},gid={NOBODY},mode=0700,nosuid,nodev"
         api = host.client.api  # the low-level API: the high-level one cannot set StdinOnce
+        listener, private = None, None
+        command, binds = worker_command(self.python), {}
+        if self._uses_socket(host):
+            # private (0700, ours) holds the mounted directory, so no other host user can
+            # reach the socket; inside the container only the worker's uid sees the mount.
+            private = tempfile.mkdtemp(prefix="flywheel-docker-")
+            mounted = os.path.join(private, "s")
+            os.mkdir(mounted, 0o711)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(os.path.join(mounted, "w"))
+            os.chmod(os.path.join(mounted, "w"), 0o666)  # connect() needs write permission
+            listener.listen(1)
+            command, binds = command + [f"{SOCKET_DIR}/w"], {mounted: {"bind": SOCKET_DIR, "mode": "ro"}}
         host_config = api.create_host_config(
             network_mode="none", read_only=True, tmpfs={"/work": tmpfs, "/tmp": tmpfs}, cap_drop=["ALL"],
             security_opt=["no-new-privileges"], mem_limit=budget, memswap_limit=budget,
-            pids_limit=self.limits.max_procs + 8, ipc_mode="none", auto_remove=True,
+            pids_limit=self.limits.max_procs + 8, ipc_mode="none", auto_remove=True, binds=binds,
         )  # fmt: skip
-        cid = api.create_container(
-            self.image, worker_command(self.python), user=f"{NOBODY}:{NOBODY}",
-            working_dir="/work", network_disabled=True, host_config=host_config, labels={LABEL: self.tag},
-            environment={"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8",
-                         "PYTHONDONTWRITEBYTECODE": "1", "LD_BIND_NOW": "1"},  # see bwrap.py
-            stdin_open=True,  # with detach=False the SDK also sets StdinOnce
-        )["Id"]  # fmt: skip
+        cid = None
         try:
+            cid = api.create_container(
+                self.image, command, user=f"{NOBODY}:{NOBODY}",
+                working_dir="/work", network_disabled=True, host_config=host_config, labels={LABEL: self.tag},
+                environment={"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8",
+                             "PYTHONDONTWRITEBYTECODE": "1", "LD_BIND_NOW": "1"},  # see bwrap.py
+                stdin_open=listener is None,  # with detach=False the SDK also sets StdinOnce
+            )["Id"]  # fmt: skip
             container = host.client.containers.get(cid)
-            sock = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            transport = DockerTransport(host.client, container, sock, host, self.hosts.gone)
-            api.start(cid)
+            if listener is None:
+                sock = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+                transport = DockerTransport(host.client, container, sock, host, self.hosts.gone)
+                api.start(cid)
+            else:
+                api.start(cid)
+                sock = self._accept(listener, api, cid)
+                transport = DockerTransport(host.client, container, sock, host, self.hosts.gone, framed=False)
         except BaseException:
-            try:
-                api.remove_container(cid, force=True)
-            except Exception:  # noqa: BLE001  the engine went away meanwhile: the first error counts
-                pass
+            if cid is not None:
+                try:
+                    api.remove_container(cid, force=True)
+                except Exception:  # noqa: BLE001  the engine went away meanwhile: the first error counts
+                    pass
             raise
+        finally:
+            if listener is not None:  # one connection, then nobody can connect again
+                listener.close()
+                shutil.rmtree(private, ignore_errors=True)
         self.hosts.started(host)
         self.placement[cid] = host.name
         return transport
+
+    @staticmethod
+    def _accept(listener: socket.socket, api, cid: str) -> socket.socket:
+        """The worker's connection, or an error once its container has stopped or
+        START_TIMEOUT_S has passed."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        listener.settimeout(0.5)
+        while True:
+            try:
+                sock, _ = listener.accept()
+                sock.settimeout(None)
+                return sock
+            except TimeoutError:
+                pass
+            if time.monotonic() > deadline:
+                raise WorkerDied(f"container {cid[:12]}'s worker did not connect in {START_TIMEOUT_S:.0f} s")
+            try:
+                state = api.inspect_container(cid)["State"]
+            except Exception as exc:  # noqa: BLE001  removed (auto_remove) once it stopped
+                raise WorkerDied(f"container {cid[:12]} stopped before its worker connected ({exc})") from exc
+            if not state.get("Running"):
+                raise WorkerDied(f"container {cid[:12]} stopped before its worker connected: {state}")
 
     def _release(self, worker, wipe: bool) -> None:
         if not worker.dead and self.hosts.crowded(worker.transport.host):

@@ -220,6 +220,15 @@ def handle(req, keep):
 
 
 def main():
+    if len(sys.argv) > 2:  # docker: the protocol comes over the unix socket the host mounted here
+        import _socket  # not `socket`: its enum classes would be in every fork
+
+        conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        conn.connect(sys.argv[2])
+        fd = conn.detach()
+        os.dup2(fd, 0)
+        os.dup2(fd, 1)
+        os.close(fd)
     # Keep the protocol off fds 0/1, so that nothing else can write to the host by accident.
     proto_in, proto_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)

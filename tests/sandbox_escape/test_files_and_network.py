@@ -186,6 +186,32 @@ for addr in [{str(path)!r}, {abstract_name!r}, {docker_sock!r}, '/var/run/docker
     assert "CONNECTED" not in res.stdout and res.stdout.count("refused") == 5 and nothing_arrived(socks)
 
 
+def test_the_workers_own_channel(contained):
+    """The protocol between host and worker is out of the code's reach: no inherited
+    socket or pipe beyond its own std streams, the worker's fds (pid 1, not dumpable) are
+    closed to it, and the docker worker's socket admits nobody after the worker."""
+    res = py(contained, """
+import os, socket, stat
+for fd in range(3, 1024):
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        continue
+    print('OPEN', fd, stat.S_ISSOCK(mode), stat.S_ISFIFO(mode))
+try:
+    print('PEEKED', os.listdir('/proc/1/fd'))
+except OSError as e:
+    print('denied', type(e).__name__)
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect('/flywheel/w'); s.sendall(b'x' * 64); print('CONNECTED')
+except OSError as e:
+    print('refused', type(e).__name__)
+""")
+    assert "OPEN" not in res.stdout and "PEEKED" not in res.stdout and "CONNECTED" not in res.stdout, res.stdout
+    assert res.stdout.count("denied") == 1 and res.stdout.count("refused") == 1, res.stdout + res.stderr
+
+
 # ---- environment and credentials ------------------------------------------------------------
 def test_host_environment_and_credentials(contained):
     res = py(contained, """
