@@ -74,3 +74,8 @@ class Environment(ABC):
     @abstractmethod
     def score(self, task: TaskSpec, job: Job, result: ExecResult) -> Score:
         """Turn the verification job's result into a Score."""
+
+    def demonstration(self, task: TaskSpec) -> str | None:
+        """A reference reply to `task` that its verifier passes, for an SFT cold start
+        (flows/sft.py); None where the domain keeps no reference (the default)."""
+        return None

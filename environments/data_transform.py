@@ -338,6 +338,9 @@ class DataTransform(Environment):
         shape = [table.col[r] for r in table.order]  # the same transformation on other columns is another task
         return f"{family.__name__}:{key}:{shape}", spec
 
+    def demonstration(self, task):
+        return f"```python\n{json.loads(task.verifier_json)['reference']}```"
+
     def verification_job(self, task, completion):
         tests = json.loads(task.verifier_json)["tests"]
         code, fenced = find_code(completion)

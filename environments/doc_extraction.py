@@ -271,6 +271,10 @@ class DocExtraction(Environment):
         )  # fmt: skip
         return f"{kind.__name__}:{level}:{json.dumps(verifier, sort_keys=True)}", spec
 
+    def demonstration(self, task):
+        fields = json.loads(task.verifier_json)["fields"]
+        return "```json\n" + json.dumps({k: f["value"] for k, f in fields.items()}, indent=2) + "\n```"
+
     def verification_job(self, task, completion):
         fields = json.loads(task.verifier_json)["fields"]
         obj = find_last_object(completion)

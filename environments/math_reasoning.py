@@ -276,3 +276,12 @@ class MathReasoning(Environment):
 
     def score(self, task, job, result):
         raise RuntimeError("the math domain verifies without a sandbox; verification_job returns a Score")
+
+    def demonstration(self, task):
+        """The operation and its result for one-operation tasks, else the result alone; then
+        the answer line. No worked steps for word problems: we keep none."""
+        answer = json.loads(task.verifier_json)["answer"]
+        question = task.prompt[-1]["content"]
+        op = re.search(r"(\d+) ([-+×]) (\d+)", question) or re.search(r"(\d+) (divided by) (\d+)", question)
+        working = f"{op.group(1)} {op.group(2)} {op.group(3)} = {answer}" if op else f"The result is {answer}."
+        return f"{working}\nAnswer: {answer}"

@@ -1,8 +1,13 @@
 """SFT cold start: fine-tune on demonstrations before RL, as a new policy version of a run.
 
 Demonstrations come from the run's own lake (passing train trajectories: the model's own
-successes, a cheap rejection-sampling warm start) or from a Parquet/JSONL file of chat
-examples, one `{"messages": [...]}` per row whose last message is the assistant's answer.
+successes, a cheap rejection-sampling warm start), from a Parquet/JSONL file of chat
+examples, one `{"messages": [...]}` per row whose last message is the assistant's answer,
+or from the domains' own reference replies (`references=N`: N train-split tasks per
+domain and level of `sampler`, each with `Environment.demonstration`; domains without
+references are skipped). The last is the cold start for domains where the base model
+never passes, so GRPO has no signal: a model that never writes the answer format gets
+no reward to learn it from.
 A row that does not fit is quarantined (written, with the reason, under the run dir)
 and the rest go on. The result is exported like an RL update and recorded in the policy
 manifest in the lake, so `flywheel run --run-id <same id>` continues from it with a fresh
@@ -19,6 +24,7 @@ import pyarrow.compute as pc
 from prefect import flow, get_run_logger
 
 from flywheel.config import FlywheelConfig
+from flywheel.progress import stage
 from flywheel.runtime import Runtime
 from policy.trainer import TrainSample
 
@@ -59,28 +65,61 @@ def demonstrations_from_file(path: str, tokenizer) -> tuple[list[tuple[list[int]
         elif messages[-1].get("role") != "assistant" or not messages[-1].get("content"):
             bad.append({**row, "_error": "the last message is not a non-empty assistant answer"})
         else:
-            prompt_text = tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=False)
-            full_text = tokenizer.apply_chat_template(messages, tokenize=False)
-            if not full_text.startswith(prompt_text):
+            encoded = encode_demonstration(tokenizer, messages)
+            if encoded is None:
                 bad.append({**row, "_error": "the chat template does not extend the prompt with the answer"})
-                continue
-            prompt = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
-            completion = tokenizer(full_text[len(prompt_text) :].rstrip("\n"), add_special_tokens=False)["input_ids"]
-            good.append((list(prompt), list(completion)))
+            else:
+                good.append(encoded)
     return good, bad
+
+
+def encode_demonstration(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]] | None:
+    """(prompt ids, completion ids) of a chat whose last message is the answer; None when
+    the chat template does not render the prompt as a prefix of the whole chat."""
+    prompt_text = tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=False)
+    full_text = tokenizer.apply_chat_template(messages, tokenize=False)
+    if not full_text.startswith(prompt_text):
+        return None
+    prompt = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    completion = tokenizer(full_text[len(prompt_text) :].rstrip("\n"), add_special_tokens=False)["input_ids"]
+    return list(prompt), list(completion)
+
+
+def demonstrations_from_references(config: FlywheelConfig, tokenizer, per_level: int) -> list[tuple[list[int], list[int]]]:
+    """`per_level` train-split tasks per domain and level of the sampler, each with its
+    domain's reference reply. The seed is apart from the sampler's, so these tasks are
+    not the ones RL then draws (both are train split; the eval split is never touched)."""
+    from environments import get_environment
+
+    out = []
+    for name in config.sampler.domains:
+        env = get_environment(name)
+        for level in config.sampler.levels:
+            if level not in env.levels:
+                continue
+            for task in env.make_tasks("train", level, config.seed + 7919, per_level):
+                reply = env.demonstration(task)
+                if reply is None:
+                    break  # this domain keeps no references
+                encoded = encode_demonstration(tokenizer, [*task.prompt, {"role": "assistant", "content": reply}])
+                if encoded is not None:
+                    out.append(encoded)
+    return out
 
 
 @flow(name="sft")
 def sft(
     config: FlywheelConfig = FlywheelConfig(),
     data_path: str | None = None,
+    references: int = 0,
     min_reward: float = 1.0,
     epochs: int = 1,
     batch_size: int = 16,
     learning_rate: float = 1e-5,
 ) -> dict:
-    """Fine-tune the run's current policy on demonstrations (data_path, else the run's
-    passing trajectories); the result becomes the run's next policy version."""
+    """Fine-tune the run's current policy on demonstrations (data_path; else `references`
+    reference replies per domain and level; else the run's passing trajectories); the
+    result becomes the run's next policy version."""
     logger = get_run_logger()
     config = config.with_run_id()
     config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"learning_rate": learning_rate})})
@@ -88,6 +127,8 @@ def sft(
     try:
         if data_path:
             examples, quarantined = demonstrations_from_file(data_path, rt.tokenizer)
+        elif references:
+            examples, quarantined = demonstrations_from_references(config, rt.tokenizer, references), []
         else:
             examples, quarantined = demonstrations_from_lake(rt.lake, rt.run_id, min_reward), []
         if quarantined:
@@ -96,14 +137,20 @@ def sft(
             qfile.write_text("".join(json.dumps(r, default=str) + "\n" for r in quarantined))
             logger.warning("quarantined %d malformed demonstrations in %s", len(quarantined), qfile)
         if not examples:
-            raise ValueError(f"no usable demonstrations in {data_path or 'the lake of run ' + rt.run_id}")
+            where = data_path or ("the references of " + ", ".join(config.sampler.domains) if references
+                                  else "the lake of run " + rt.run_id)  # fmt: skip
+            raise ValueError(f"no usable demonstrations in {where}")
         trainer = rt.get_trainer(start_engine=False)  # no engine in this flow
         rng, losses = random.Random(config.seed), []
         samples = [TrainSample(p, c, [0.0] * len(c), 0.0) for p, c in examples]
-        for _ in range(epochs):
-            rng.shuffle(samples)
-            for start in range(0, len(samples), batch_size):
-                losses.append(trainer.step(samples[start : start + batch_size], objective="sft")["loss"])
+        steps = epochs * -(-len(samples) // batch_size)
+        with stage("sft", total=steps) as advance:
+            for epoch in range(epochs):
+                rng.shuffle(samples)
+                for start in range(0, len(samples), batch_size):
+                    losses.append(trainer.step(samples[start : start + batch_size], objective="sft")["loss"])
+                    logger.info("sft epoch %d step %d/%d: loss %.4f", epoch + 1, len(losses), steps, losses[-1])
+                    advance()
         version = rt.policy_version + 1
         export = trainer.export(rt.staging_dir(f"v{version}"))
         rt.record_update(rt.manifest["updated_cycle"], version, export)

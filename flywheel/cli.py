@@ -90,6 +90,38 @@ def run(
     )
 
 
+@app.command()
+def sft(
+    run_id: str = typer.Option(..., help="The run to fine-tune (new or existing); RL resumes from the result."),
+    data: Optional[str] = typer.Option(None, help="A JSONL/Parquet file of {'messages': [...]} demonstrations."),
+    references: int = typer.Option(0, help="Else: this many reference replies per domain and level of sampler."),
+    epochs: int = typer.Option(1),
+    batch_size: int = typer.Option(16),
+    learning_rate: float = typer.Option(1e-5),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
+    set_: list[str] = typer.Option([], "--set", help="Override any config key."),
+):
+    """SFT cold start: demonstrations (a file, the domains' references, else the run's own
+    passing trajectories) become the run's next policy version."""
+    try:
+        config = load_config(config_file, set_, run_id=run_id)
+    except (ValueError, FileNotFoundError) as exc:
+        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
+        raise typer.Exit(2)
+    preflight(config)
+    from flows.sft import sft as sft_flow
+    from flywheel.progress import RichReporter, set_reporter
+
+    reporter = RichReporter()
+    set_reporter(reporter)
+    try:
+        result = sft_flow(config, data_path=data, references=references, epochs=epochs, batch_size=batch_size,
+                          learning_rate=learning_rate)  # fmt: skip
+    finally:
+        reporter.stop()
+    typer.echo(json.dumps(result))
+
+
 @app.command("eval")
 def eval_command(
     run_id: Optional[str] = typer.Option(None, help="Evaluate this run's current policy (default: the base model)."),

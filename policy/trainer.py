@@ -134,6 +134,12 @@ class GRPOTrainer:
 
         self.cfg = cfg
         self.model_dir = model_dir
+        # The tokenizer, chat template and generation config, kept for every export: the dir
+        # we started from may be an older policy version that the policy store prunes while
+        # we train (a run resumed, or continued after SFT, at version v loses v's dir after
+        # `keep_hf` more updates).
+        self.assets = {f.name: f.read_bytes() for f in Path(model_dir).iterdir()
+                       if f.is_file() and not f.name.endswith(WEIGHT_FILES)}  # fmt: skip
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         model.config.use_cache = False
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
@@ -240,9 +246,9 @@ class GRPOTrainer:
             tmp = out_dir.with_name(out_dir.name + ".partial")
             shutil.rmtree(tmp, ignore_errors=True)
             module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-            for f in Path(self.model_dir).iterdir():  # tokenizer, chat template, generation config
-                if f.is_file() and not f.name.endswith(WEIGHT_FILES) and not (tmp / f.name).exists():
-                    shutil.copy(f, tmp / f.name)
+            for name, data in self.assets.items():  # tokenizer, chat template, generation config
+                if not (tmp / name).exists():
+                    (tmp / name).write_bytes(data)
             shutil.rmtree(out_dir, ignore_errors=True)
             tmp.rename(out_dir)
         return str(out_dir)

@@ -46,3 +46,31 @@ def test_bad_split_or_level_is_named(domain):
 def test_unknown_domain_is_named():
     with pytest.raises(ValueError, match="unknown domain 'nope'"):
         get_environment("nope")
+
+
+@pytest.mark.parametrize("domain", sorted(DOMAINS))
+def test_reference_demonstrations_pass_their_own_verifier(domain):
+    """A domain's reference reply (the SFT cold start's data) earns the full reward from
+    the domain's own verifier, run in the real sandbox; a domain without references says
+    so with None for every task."""
+    from environments.base import Score
+    from environments.sandbox import make_sandbox
+    from flywheel.config import SandboxConfig
+
+    env = get_environment(domain)
+    tasks = [t for lvl in env.levels for t in env.make_tasks("train", lvl, 3, 4)]
+    demos = [env.demonstration(t) for t in tasks]
+    if all(d is None for d in demos):
+        pytest.skip(f"{domain} keeps no reference replies")
+    assert None not in demos
+    box = make_sandbox(SandboxConfig(concurrency=2))
+    try:
+        for task, demo in zip(tasks, demos):
+            job = env.verification_job(task, demo)
+            score = job if isinstance(job, Score) else env.score(task, job, box.run(job))
+            assert (score.verdict, score.reward) == ("pass", 1.0), (task.level, demo[:200], score)
+            wrong = env.verification_job(task, demo.replace("Answer: ", "Answer: 1"))  # a wrong answer fails
+            if domain == "math":
+                assert wrong.verdict == "fail"
+    finally:
+        box.close()

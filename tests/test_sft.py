@@ -41,3 +41,19 @@ def test_sft_from_jsonl(tiny_model, tmp_path, prefect_server):
     assert policies.version == 1
     assert demo_logprob(policies.hf_dir()) > demo_logprob(tiny_model) + 1.0
     assert len((cfg.run_dir / "quarantine" / "sft-demos.jsonl").read_text().splitlines()) == 3
+
+
+def test_reference_demonstrations_cover_the_sampled_domains(tiny_model):
+    """`references=N`: N train tasks per domain and level with a reference reply, none from
+    a domain that keeps none (code), encoded as prompt plus answer."""
+    from transformers import AutoTokenizer
+
+    from flows.sft import demonstrations_from_references
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    cfg = FlywheelConfig(sampler={"domains": ["code", "math", "data"], "levels": [1, 2]})
+    demos = demonstrations_from_references(cfg, tok, per_level=3)
+    assert len(demos) == 2 * 2 * 3  # math and data, two levels, three each; code has none
+    texts = [tok.decode(c) for _, c in demos]
+    assert sum("Answer: " in t for t in texts) == 6 and sum("def transform" in t for t in texts) == 6
+    assert all("Answer:" not in tok.decode(p) or "Answer: <number>" in tok.decode(p) for p, _ in demos)

@@ -1,6 +1,8 @@
 """The DeepSpeed ZeRO-3 GRPO trainer on CPU with a tiny model: a step moves logprobs the
 way the advantages say, exports load back identically, micro-batches are balanced."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -38,6 +40,22 @@ def test_step_follows_the_advantages(trainer):
     assert sum(after[0]) > sum(before[0]) + 0.1
     assert sum(after[1]) < sum(before[1]) - 0.1
     assert metrics["completion_tokens"] == 6 and 0 <= metrics["padding_fraction"] < 1
+
+
+def test_export_outlives_the_dir_it_started_from(tiny_model, tmp_path):
+    """A trainer started from a policy version keeps exporting after the policy store has
+    pruned that version's dir (it did, after an SFT cold start: FileNotFoundError)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    start = tmp_path / "v1-hf"
+    shutil.copytree(tiny_model, start)
+    own = GRPOTrainer(str(start), TrainerConfig(learning_rate=5e-3))
+    shutil.rmtree(start)
+    out = own.export(tmp_path / "v2-hf")
+    assert AutoTokenizer.from_pretrained(out).encode("hello") == AutoTokenizer.from_pretrained(tiny_model).encode("hello")
+    assert {p.name for p in Path(tiny_model).iterdir() if not p.name.endswith(".safetensors")} <= {p.name for p in Path(out).iterdir()}
 
 
 def test_export_reloads_to_the_same_logprobs(trainer, tmp_path):
