@@ -94,6 +94,10 @@ class SandboxConfig(BaseModel):
     docker_hosts: list[str] = Field(
         [], description="DOCKER_HOST endpoints the docker pool spreads over (failover). Empty: DOCKER_HOST."
     )
+    docker_transport: Literal["auto", "socket", "attach"] = Field(
+        "auto", description="How the host talks to a docker worker: a bind-mounted unix socket (an engine on "
+        "this machine), docker's attach stream (any engine), or auto: the socket for unix:// engines."
+    )
 
 
 class StoreConfig(BaseModel):

@@ -167,6 +167,27 @@ def test_docker_container_settings():
         assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]
         assert "no-new-privileges" in host["SecurityOpt"] and set(host["Tmpfs"]) == {"/work", "/tmp"}
         assert cfg["User"] == "65534:65534" and not any(e.startswith("AWS") for e in cfg["Env"])
+        # the protocol's socket: one read-only mount, nothing else of the host's
+        assert [(m["Destination"], m["RW"]) for m in t.container.attrs["Mounts"]] == [("/flywheel", False)]
+        assert not t.framed and not cfg["OpenStdin"]
+    finally:
+        box.close()
+
+
+def test_docker_attach_transport_serves_and_recycles():
+    """`docker_transport: attach` (an engine elsewhere): docker's attach stream, no mount."""
+    from environments.sandbox import make_sandbox
+    from flywheel.config import SandboxConfig
+
+    make_box("docker", LIMITS, 1).close()  # skips (or fails under CI) without an engine
+    box = make_sandbox(SandboxConfig(backend="docker", concurrency=2, recycle_after=20, docker_transport="attach"))
+    try:
+        results = box.map([Job(["python", "-c", f"print({i})"]) for i in range(50)])
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(50)] and box.spawned >= 4
+        t = next(iter(box._all)).transport
+        t.container.reload()
+        assert t.framed and t.container.attrs["Mounts"] == [] and t.container.attrs["Config"]["OpenStdin"]
+        assert box.idle_leftovers() == []
     finally:
         box.close()
 

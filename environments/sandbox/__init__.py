@@ -33,6 +33,7 @@ def make_sandbox(cfg) -> Sandbox:
     if cfg.backend == "docker":
         extra["image"] = cfg.docker_image
         extra["hosts"] = cfg.docker_hosts
+        extra["transport"] = cfg.docker_transport
     return getattr(importlib.import_module(module), cls)(limits_from(cfg), cfg.concurrency, cfg.python, **extra)
 
 

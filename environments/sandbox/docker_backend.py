@@ -237,7 +237,8 @@ class DockerSandbox(PoolSandbox):
         if self._uses_socket(host):
             # private (0700, ours) holds the mounted directory, so no other host user can
             # reach the socket; inside the container only the worker's uid sees the mount.
-            private = tempfile.mkdtemp(prefix="flywheel-docker-")
+            base = tempfile.gettempdir()
+            private = tempfile.mkdtemp(prefix="flywheel-docker-", dir=base if len(base) < 64 else "/tmp")  # AF_UNIX: < 108 bytes
             mounted = os.path.join(private, "s")
             os.mkdir(mounted, 0o711)
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
