@@ -124,7 +124,25 @@ def flywheel(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
     """Run (or resume) `config.cycles` cycles; an empty run_id starts a new run, an
     existing one resumes it."""
     config = config.with_run_id()
+    cold = config.cold_start
+    if cold.references and _is_new(config):
+        from flows.sft import sft
+
+        sft(config, references=cold.references, epochs=cold.epochs, batch_size=cold.batch_size,
+            learning_rate=cold.learning_rate)  # fmt: skip
     return _run(config, lambda rt: range(config.cycles))
+
+
+def _is_new(config: FlywheelConfig) -> bool:
+    """No policy version and no trajectory yet: a resumed run never gets a cold start
+    (its samples so far came from the policy it has)."""
+    from storage.lake import Lake
+    from storage.policies import PolicyStore
+
+    lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
+    if PolicyStore(lake, config.run_id, config.run_dir / "policy-cache").version:
+        return False
+    return not lake.committed_cycles(config.run_id)
 
 
 @flow(name="flywheel-cycle", flow_run_name=_flow_run_name)

@@ -200,6 +200,17 @@ class FanoutConfig(BaseModel):
     num_gpus: float = Field(0, ge=0, description="GPUs Ray reserves for each rollout shard (score shards take none).")
 
 
+class ColdStartConfig(BaseModel):
+    """SFT on the domains' reference replies before the first cycle of a new run
+    (flows/sft.py): for domains where the base model never passes, so that GRPO has a
+    signal to start from. Off unless `references` > 0; never repeated on resume."""
+
+    references: int = Field(0, ge=0, description="Reference replies per domain and level of sampler; 0: off.")
+    epochs: int = Field(2, ge=1)
+    batch_size: int = Field(16, ge=1)
+    learning_rate: float = Field(5e-5, gt=0)
+
+
 class FlywheelConfig(BaseModel):
     run_id: str = Field("", description="Empty: a new run. An existing id resumes that run.")
     runs_dir: str = "runs"
@@ -217,6 +228,7 @@ class FlywheelConfig(BaseModel):
     trainer: TrainerConfig = TrainerConfig()
     pipeline: PipelineConfig = PipelineConfig()
     fanout: FanoutConfig = FanoutConfig()
+    cold_start: ColdStartConfig = ColdStartConfig()
 
     def with_run_id(self) -> "FlywheelConfig":
         """This config with a fresh, time-stamped run id when none was given."""

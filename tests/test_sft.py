@@ -57,3 +57,28 @@ def test_reference_demonstrations_cover_the_sampled_domains(tiny_model):
     texts = [tok.decode(c) for _, c in demos]
     assert sum("Answer: " in t for t in texts) == 6 and sum("def transform" in t for t in texts) == 6
     assert all("Answer:" not in tok.decode(p) or "Answer: <number>" in tok.decode(p) for p, _ in demos)
+
+
+def test_cold_start_runs_once_before_the_first_cycle(tiny_model, tmp_path, prefect_server):
+    """`cold_start.references`: a new run is fine-tuned on reference replies (policy v1)
+    before cycle 0, whose samples then come from v1; resuming never repeats it."""
+    from flows.flywheel import flywheel
+    from storage.lake import Lake
+    from storage.policies import PolicyStore
+
+    cfg = FlywheelConfig(
+        run_id="cold", runs_dir=str(tmp_path / "runs"), cycles=1, model={"path": tiny_model},
+        sampler={"domains": ["math"], "levels": [1], "tasks_per_cycle": 2},
+        sampling={"k": 2, "max_tokens": 8},
+        trainer={"drop_zero_variance_groups": False},
+        cold_start={"references": 2, "epochs": 1, "batch_size": 2, "learning_rate": 1e-3},
+    )  # fmt: skip
+    first = flywheel(cfg)
+    lake = Lake(cfg.lake_uri)
+    versions = PolicyStore(lake, "cold", cfg.run_dir / "policy-cache").manifest["versions"]
+    assert versions["1"]["cycle"] == -1 and versions["2"]["cycle"] == 0  # SFT, then cycle 0's update
+    assert set(lake.trajectories("cold").column("policy_version").to_pylist()) == {1}
+    again = flywheel(cfg.model_copy(update={"cycles": 2}))
+    assert [s.cycle for s in first.cycles] == [0] and [s.cycle for s in again.cycles] == [0, 1]  # 0 found done
+    manifest = PolicyStore(lake, "cold", cfg.run_dir / "policy-cache").manifest
+    assert manifest["version"] == 3 and manifest["versions"]["3"]["cycle"] == 1  # no second SFT
