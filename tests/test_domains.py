@@ -60,8 +60,9 @@ def test_reference_demonstrations_pass_their_own_verifier(domain):
     env = get_environment(domain)
     tasks = [t for lvl in env.levels for t in env.make_tasks("train", lvl, 3, 4)]
     demos = [env.demonstration(t) for t in tasks]
-    if all(d is None for d in demos):
-        pytest.skip(f"{domain} keeps no reference replies")
+    if domain in ("code", "repair", "terminal"):  # they keep no reference replies (yet)
+        assert demos == [None] * len(tasks)
+        return
     assert None not in demos
     box = make_sandbox(SandboxConfig(concurrency=2))
     try:
