@@ -98,6 +98,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
 
     logger = get_run_logger()
     logger.info("run %s in %s, lake %s", config.run_id, config.run_dir, config.lake_uri)
+    _cold_start(config)  # here, so the one-cycle flow of scheduled deployments gets it too
     rt = Runtime(config, say=logger.info)
     updates = UpdatePipeline(rt, config.pipeline.max_policy_lag)
     summaries: list[CycleSummary] = []
@@ -124,17 +125,21 @@ def flywheel(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
     """Run (or resume) `config.cycles` cycles; an empty run_id starts a new run, an
     existing one resumes it."""
     config = config.with_run_id()
+    return _run(config, lambda rt: range(config.cycles))
+
+
+def _cold_start(config: FlywheelConfig) -> None:
+    """`cold_start`: SFT on the domains' reference replies before a new run's first cycle."""
     cold = config.cold_start
     if cold.references and _is_new(config):
         from flows.sft import sft
 
         sft(config, references=cold.references, epochs=cold.epochs, batch_size=cold.batch_size,
             learning_rate=cold.learning_rate)  # fmt: skip
-    return _run(config, lambda rt: range(config.cycles))
 
 
 def _is_new(config: FlywheelConfig) -> bool:
-    """No policy version and no trajectory yet: a resumed run never gets a cold start
+    """No policy version and no committed cycle yet: a resumed run never gets a cold start
     (its samples so far came from the policy it has)."""
     from storage.lake import Lake
     from storage.policies import PolicyStore

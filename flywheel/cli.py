@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -24,6 +25,31 @@ def load_config(config_file: Optional[Path], overrides: list[str], **flags) -> F
         if value is not None:
             sets.append(f"{key}={json.dumps(value)}")
     return apply_overrides(config, sets)
+
+
+def checked_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
+    """The config the command runs with (a fresh run id when none is given), or exit 2
+    naming what is wrong with it, its model path or its lake."""
+    try:
+        config = load_config(config_file, overrides, **flags).with_run_id()
+    except (ValueError, FileNotFoundError) as exc:
+        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
+        raise typer.Exit(2)
+    preflight(config)
+    return config
+
+
+@contextlib.contextmanager
+def progress_bars():
+    """Rich progress bars for the stages run inside (flywheel.progress), stopped after."""
+    from flywheel.progress import RichReporter, set_reporter
+
+    reporter = RichReporter()
+    set_reporter(reporter)
+    try:
+        yield reporter
+    finally:
+        reporter.stop()
 
 
 def preflight(config: FlywheelConfig) -> None:
@@ -62,27 +88,15 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="Override any config key: --set trainer.learning_rate=1e-5"),
 ):
     """Run the flywheel on the embedded default (or what the flags say)."""
-    from flywheel.progress import RichReporter, set_reporter
-
-    try:
-        config = load_config(
-            config_file, set_, **{"cycles": cycles, "model.path": model, "store.uri": store,
-                                  "store.endpoint": s3_endpoint, "run_id": run_id},
-        )  # fmt: skip
-        config = config.with_run_id()
-    except (ValueError, FileNotFoundError) as exc:
-        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
-        raise typer.Exit(2)
-    preflight(config)
-    reporter = RichReporter()
-    set_reporter(reporter)
-    reporter.print(f"[bold]flywheel[/] run [cyan]{config.run_id}[/] -> {config.run_dir}")
+    config = checked_config(
+        config_file, set_, **{"cycles": cycles, "model.path": model, "store.uri": store,
+                              "store.endpoint": s3_endpoint, "run_id": run_id},
+    )  # fmt: skip
     from flows.flywheel import flywheel as flywheel_flow
 
-    try:
+    with progress_bars() as reporter:
+        reporter.print(f"[bold]flywheel[/] run [cyan]{config.run_id}[/] -> {config.run_dir}")
         result = flywheel_flow(config)
-    finally:
-        reporter.stop()
     total = sum(sum(c.stage_s.values()) for c in result.cycles)
     reporter.print(
         f"done: {len(result.cycles)} cycles, {total:.0f}s in stages; summaries in "
@@ -103,22 +117,12 @@ def sft(
 ):
     """SFT cold start: demonstrations (a file, the domains' references, else the run's own
     passing trajectories) become the run's next policy version."""
-    try:
-        config = load_config(config_file, set_, run_id=run_id)
-    except (ValueError, FileNotFoundError) as exc:
-        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
-        raise typer.Exit(2)
-    preflight(config)
+    config = checked_config(config_file, set_, run_id=run_id)
     from flows.sft import sft as sft_flow
-    from flywheel.progress import RichReporter, set_reporter
 
-    reporter = RichReporter()
-    set_reporter(reporter)
-    try:
+    with progress_bars():
         result = sft_flow(config, data_path=data, references=references, epochs=epochs, batch_size=batch_size,
                           learning_rate=learning_rate)  # fmt: skip
-    finally:
-        reporter.stop()
     typer.echo(json.dumps(result))
 
 
@@ -132,18 +136,11 @@ def eval_command(
     set_: list[str] = typer.Option([], "--set", help="Override any config key."),
 ):
     """Held-out evaluation: greedy pass@1 and pass@k per domain and level."""
-    from flywheel.progress import RichReporter, set_reporter
-
-    config = load_config(config_file, set_, **{"model.path": model, "run_id": run_id}).with_run_id()
-    preflight(config)
-    reporter = RichReporter()
-    set_reporter(reporter)
+    config = checked_config(config_file, set_, **{"model.path": model, "run_id": run_id})
     from flows.evaluate import evaluate
 
-    try:
+    with progress_bars() as reporter:
         result = evaluate(config, tasks_per_level=tasks_per_level, k=k)
-    finally:
-        reporter.stop()
     names = list(result.rows[0]) if result.rows else []
     reporter.print(rich_table(names, [r.values() for r in result.rows], f"{result.run_id} policy v{result.policy_version}"))
 

@@ -4,7 +4,7 @@ bwrap's cgroups, and the config that picks a backend."""
 
 from __future__ import annotations
 
-import time
+from concurrent.futures import wait
 
 import pytest
 
@@ -71,7 +71,7 @@ def test_workers_are_recycled_after_n_executions(box):
     assert box.spawned >= before + 2  # 120 executions over 2 workers, recycled every 50
     for _ in range(3):
         assert box.run(Job(["python", "-c", "pass"])).exit_code == 0
-    time.sleep(0.5)
+    wait(list(box._background))  # the last replacements and kills
     assert len(box._all) <= box.concurrency and not box._warming
     assert box.idle_leftovers() == []
 

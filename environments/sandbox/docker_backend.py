@@ -232,20 +232,10 @@ class DockerSandbox(PoolSandbox):
         budget = f"{self.limits.memory_mb + 2 * TMPFS_MB + WORKER_MB}m"
         tmpfs = f"size={TMPFS_MB}m,uid={NOBODY},gid={NOBODY},mode=0700,nosuid,nodev"
         api = host.client.api  # the low-level API: the high-level one cannot set StdinOnce
-        listener, private = None, None
+        listener, private = self._listen() if self._uses_socket(host) else (None, None)
         command, binds = worker_command(self.python), {}
-        if self._uses_socket(host):
-            # private (0700, ours) holds the mounted directory, so no other host user can
-            # reach the socket; inside the container only the worker's uid sees the mount.
-            base = tempfile.gettempdir()
-            private = tempfile.mkdtemp(prefix="flywheel-docker-", dir=base if len(base) < 64 else "/tmp")  # AF_UNIX: < 108 bytes
-            mounted = os.path.join(private, "s")
-            os.mkdir(mounted, 0o711)
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(os.path.join(mounted, "w"))
-            os.chmod(os.path.join(mounted, "w"), 0o666)  # connect() needs write permission
-            listener.listen(1)
-            command, binds = command + [f"{SOCKET_DIR}/w"], {mounted: {"bind": SOCKET_DIR, "mode": "ro"}}
+        if listener is not None:
+            command, binds = command + [f"{SOCKET_DIR}/w"], {f"{private}/s": {"bind": SOCKET_DIR, "mode": "ro"}}
         host_config = api.create_host_config(
             network_mode="none", read_only=True, tmpfs={"/work": tmpfs, "/tmp": tmpfs}, cap_drop=["ALL"],
             security_opt=["no-new-privileges"], mem_limit=budget, memswap_limit=budget,
@@ -283,6 +273,19 @@ class DockerSandbox(PoolSandbox):
         self.hosts.started(host)
         self.placement[cid] = host.name
         return transport
+
+    @staticmethod
+    def _listen() -> tuple[socket.socket, str]:
+        """A listening socket `<private>/s/w` for one worker, and `private`: a 0700 dir of
+        ours, so no other host user reaches the socket; `s` is what the container mounts."""
+        base = tempfile.gettempdir()
+        private = tempfile.mkdtemp(prefix="flywheel-docker-", dir=base if len(base) < 64 else "/tmp")  # AF_UNIX: < 108 bytes
+        os.mkdir(f"{private}/s", 0o711)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(f"{private}/s/w")
+        os.chmod(f"{private}/s/w", 0o666)  # the worker's uid must be able to connect()
+        listener.listen(1)
+        return listener, private
 
     @staticmethod
     def _accept(listener: socket.socket, api, cid: str) -> socket.socket:

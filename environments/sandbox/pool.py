@@ -177,13 +177,12 @@ class PoolSandbox(Sandbox):
                     worker.call({"op": "wipe"}, GRACE_S)
                 except Exception:
                     worker.kill()
-            worn = self.recycle_after and worker.uses >= self.recycle_after
-            if worn and not (worker.dead or self._closed):
-                self._recycle(worker)
-            elif worn or worker.dead or self._closed:
+            if worker.dead or self._closed:
                 worker.kill()
                 with self._lock:
                     self._all.discard(worker)
+            elif self.recycle_after and worker.uses >= self.recycle_after:
+                self._recycle(worker)
             else:
                 with self._lock:
                     self._idle.append(worker)
@@ -193,8 +192,8 @@ class PoolSandbox(Sandbox):
     def _recycle(self, worker: Worker) -> None:
         """Retire a worn worker and start its replacement, both in the background: a
         container's removal and start take ~0.2 s, and map() drives every worker from one
-        thread, so doing them there stalled all of them (measured: the docker pool ran at
-        0.8x its rate without recycling, with a recycle every 1,000 executions)."""
+        thread, so doing them there stalled all of them (measured, docker pool recycling
+        every 1,000 executions, c=2: 969 verifications/s before, 1,091/s after)."""
         with self._lock:
             self._all.discard(worker)
             self._warming += 1
