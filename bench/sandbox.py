@@ -50,7 +50,7 @@ def jobs(n: int) -> tuple[list[Job], list]:
         table = {json.dumps(args): res for args, res in v["tests"]}
         solution = (f"```python\nimport json\nTABLE = {json.dumps(table)!r}\n"
                     f"def {v['entry']}(*args):\n    return json.loads(TABLE)[json.dumps(list(args))]\n```")
-        out.append(env.verification_job(task, solution))
+        out.append(env.job(task, solution))
         specs.append(task)
     return out, specs
 

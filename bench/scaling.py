@@ -50,7 +50,7 @@ class Measured:
 
     # bench/sandbox.py: the bwrap pool did 876/s at c=4 on 2 cores (docker: 729/s)
     sandbox_verif_s_per_core: float = 438.0
-    # the code domain's verification_job + score on the host, 0.07 + 0.34 ms (timed over
+    # the code domain's job + score on the host, 0.07 + 0.34 ms (timed over
     # bench/sandbox.py's jobs and their real results, one process)
     score_host_s_per_traj: float = 0.00041
     # cycles.jsonl: the rest of the score stage (Prefect progress update, map) per chunk of

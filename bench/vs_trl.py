@@ -190,7 +190,7 @@ def run_eval(bench: BenchConfig, work: Path, points: list[dict]) -> list[dict]:
     that loads each saved policy in turn; rewards from the score stage's `verify`."""
     from transformers import AutoTokenizer
 
-    from environments import get_environment
+    from environments.registry import Domains
     from environments.sandbox import make_sandbox
     from flows.evaluate import eval_tasks
     from flywheel.model_prep import resolve_model
@@ -202,12 +202,13 @@ def run_eval(bench: BenchConfig, work: Path, points: list[dict]) -> list[dict]:
     cfg = flywheel_config(bench, "eval", str(work / "unused"))
     model_dir = resolve_model(cfg.model.path, cfg.model.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tasks = eval_tasks(cfg.sampler.domains, cfg.sampler.levels, bench.eval_per_level)
+    domains = Domains(cfg.sampler.domains)
+    tasks = eval_tasks(domains, cfg.sampler, bench.eval_per_level)
     prompts = [encode_chat(tokenizer, t.prompt) for t in tasks]
     budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
     if any(len(p) > budget for p in prompts):
         raise ValueError(f"an eval prompt is longer than max_model_len - max_tokens ({budget})")
-    envs = {d: get_environment(d) for d in cfg.sampler.domains}
+    envs = {d: domains[d] for d in cfg.sampler.domains}
     max_tokens, buffer = cfg.sampling.max_tokens, cfg.reward.overlong_buffer
     spec = SamplingSpec(n=1, temperature=0.0, max_tokens=max_tokens)
     engine = make_engine(model_dir, cfg.engine, cfg.seed)

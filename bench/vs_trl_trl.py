@@ -12,23 +12,25 @@ from pathlib import Path
 def train_stream(cfg, steps: int, tokenizer) -> list:
     """The flywheel sampler's fresh tasks for cycles 0..steps-1 in order, `tasks_per_cycle`
     per cycle, without prompts the flywheel would quarantine as too long."""
+    from environments.registry import Domains
     from policy.chat import encode_chat
-    from tasks.sample import fresh_plan, fresh_tasks
+    from tasks.sample import fresh_plan, fresh_tasks, sampled_levels
 
-    plan = fresh_plan(cfg.sampler.domains, cfg.sampler.levels, cfg.sampler.tasks_per_cycle)
+    domains = Domains(cfg.sampler.domains)
+    plan = fresh_plan(sampled_levels(domains, cfg.sampler), cfg.sampler.tasks_per_cycle)
     budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
-    tasks = [t for cycle in range(steps) for t in fresh_tasks(cfg.seed, cycle, plan)]
+    tasks = [t for cycle in range(steps) for t in fresh_tasks(domains, cfg.seed, cycle, plan)]
     return [t for t in tasks if len(encode_chat(tokenizer, t.prompt)) <= budget]
 
 
 def make_reward(cfg, tasks, sandbox):
     """TRL's reward function: the flywheel's verifier and penalties, nothing else."""
-    from environments import get_environment
+    from environments.registry import Domains
     from policy.grpo import overlong_penalty
     from tasks.score import verify
 
     by_id = {t.task_id: t for t in tasks}
-    envs = {d: get_environment(d) for d in cfg.sampler.domains}
+    envs = Domains(cfg.sampler.domains)
     max_tokens, buffer = cfg.sampling.max_tokens, cfg.reward.overlong_buffer
 
     def flywheel_reward(prompts, completions, completion_ids, task_id, **_):

@@ -19,8 +19,11 @@ perfect, clean episode scores exactly 1.0 and the process terms only shape the r
 `Score.process` holds the weighted process part before that normalisation. A suspected
 hack scores 0, with what it would have earned as a negative `penalty`.
 
-Multi-turn domains do not go through the single-turn verification path: their
-`verification_job` answers with an error Score saying so, rather than guessing.
+The kind is "episode" (environments/base.py): these domains have no single-turn check
+or job; generate plays them with policy.multiturn.run_episodes, which scores each one.
+`reference(task)` gives the tool calls of a passing episode as assistant messages, one
+call per turn; `tool_call_text` renders such a message in the format the model is asked
+to write.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 
 from environments.base import Environment, Score
 from environments.sandbox import Workspace
-from environments.tools import is_valid, tools_prompt
+from environments.tools import ToolCall, is_valid, tools_prompt
 from storage.schema import TaskSpec
 
 
@@ -60,13 +63,13 @@ def combine(outcome: float, parts: dict[str, float], weights: RewardWeights) -> 
     return (weights.outcome * outcome + process) / max(total, 1e-9), process
 
 
+DEFAULT_WEIGHTS = RewardWeights()
+
+
 class MultiTurnEnvironment(Environment):
-    multi_turn = True
+    kind = "episode"
     tools: tuple[str, ...] = ("run_shell", "read_file", "write_file", "run_tests", "submit")
     intro = "You are an agent working in a sandboxed Linux directory."
-
-    def __init__(self, weights: RewardWeights | None = None):
-        self.weights = weights or RewardWeights()
 
     @property
     def system_prompt(self) -> str:
@@ -81,8 +84,22 @@ class MultiTurnEnvironment(Environment):
         return None
 
     @abstractmethod
-    def final_score(self, task: TaskSpec, ws: Workspace, steps: list[dict]) -> Score:
+    def final_score(self, task: TaskSpec, ws: Workspace, steps: list[dict], weights: RewardWeights = DEFAULT_WEIGHTS) -> Score:
         """Score the finished episode from the workspace's final state."""
+
+    def reference_calls(self, task: TaskSpec) -> list[dict] | None:
+        """The tool calls ({"name", "arguments"}) of a passing episode; None: none kept."""
+        return None
+
+    def reference(self, task: TaskSpec) -> list[dict] | None:
+        calls = self.reference_calls(task)
+        if calls is None:
+            return None
+        return [
+            {"role": "assistant", "content": "",
+             "tool_calls": [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}]}
+            for c in calls
+        ]  # fmt: skip
 
     def make_score(
         self,
@@ -91,13 +108,14 @@ class MultiTurnEnvironment(Environment):
         end: float,
         steps: list[dict],
         *,
+        weights: RewardWeights,
         passed: int,
         total: int,
         hack: list[str] | None = None,
         error: str = "",
     ) -> Score:
         """The Score of an episode, from its outcome and the check fractions at start and end."""
-        reward, process = combine(outcome, process_components(steps, start, end), self.weights)
+        reward, process = combine(outcome, process_components(steps, start, end), weights)
         if hack:
             return Score(0.0, "suspected_hack", outcome=outcome, process=process, penalty=-reward,
                          tests_passed=passed, tests_total=total, error="audit: " + "; ".join(hack))  # fmt: skip
@@ -105,10 +123,12 @@ class MultiTurnEnvironment(Environment):
         return Score(reward, verdict, outcome=outcome, process=process, tests_passed=passed,
                      tests_total=total, error=error)  # fmt: skip
 
-    def verification_job(self, task, completion):
-        return Score(
-            0.0, "error", error=f"{self.name} is multi-turn: run it with policy.multiturn.run_episodes"
-        )
 
-    def score(self, task, job, result):
-        return Score(0.0, "error", error=f"{self.name} is multi-turn: it is scored by final_score")
+def tool_call_text(message: dict) -> str:
+    """An assistant message with `tool_calls` as the text the model is asked to write
+    (environments/tools.py: Hermes-style <tool_call> blocks)."""
+    blocks = [
+        "<tool_call>" + ToolCall(c["function"]["name"], c["function"].get("arguments", {})).to_json() + "</tool_call>"
+        for c in message.get("tool_calls") or []
+    ]
+    return "\n".join([t for t in [message.get("content") or ""] if t] + blocks)

@@ -1,19 +1,37 @@
-"""The environment protocol: what a domain must provide, and the shared scoring record.
+"""The domain contract: a task source plus one of three declared kinds of verification.
 
-A domain is one file with one `Environment` subclass. It generates tasks deterministically
-from (split, level, seed); it turns a finished completion into a sandbox `Job` that its
-verifier runs; and it turns the job's result into a `Score`. Scoring is split in two so
-the score stage can run every trajectory's verification at once on the sandbox pool.
+Every domain, built in, read from a task file or installed as a plug-in, is an
+`Environment`: it builds whole `TaskSpec`s for a (split, level, seed, count) and gives
+one `reference(task)`, the assistant messages of a reply its verifier passes (for SFT).
+How its answers are verified is declared by the class it derives from, and the generate
+and score stages dispatch on that kind once:
+
+- `CheckEnvironment` ("check"): `check(task, completion) -> Score` on the host, for
+  checks that never execute or evaluate model text (exact answers, numbers, JSON fields);
+- `SandboxEnvironment` ("sandbox"): `job(task, completion)` is a sandbox `Job` (or the
+  final Score when there is nothing to run: no code in the completion, or a row of a
+  task file whose check needs none) and `score(task, job, result)` reads its result;
+  for unit tests, math-verify, user reward code: anything that runs or parses model text;
+- `MultiTurnEnvironment` (environments/agentic.py, "episode"): the model works with tools
+  in a sandbox workspace; the episode runner scores the final state there.
+
+`GeneratedTasks` is the helper of the seeded generators: `generate(level, rng)` returns a
+`Draft` (content key, prompt, setup, verifier), and `make_tasks` turns drafts into whole
+TaskSpecs, putting each on the split its content belongs to.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 from environments.sandbox import ExecResult, Job
 from storage.schema import TaskSpec, stable_id
+
+Kind = Literal["check", "sandbox", "episode"]
 
 
 @dataclass
@@ -26,6 +44,7 @@ class Score:
     tests_passed: int = 0
     tests_total: int = 0
     error: str = ""
+    graded: bool = True  # False: the domain has no verdict of its own (reward.functions give it)
 
 
 EVAL_FRACTION = 5  # one task content in five belongs to the eval split
@@ -37,20 +56,92 @@ def split_of(content_key: str) -> str:
     return "eval" if int(stable_id("split", content_key), 16) % EVAL_FRACTION == 0 else "train"
 
 
+def check_split(split: str) -> None:
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', not {split!r}")
+
+
 class Environment(ABC):
+    """A domain: a source of whole TaskSpecs, and how they are verified (`kind`)."""
+
     name: str = "abstract"
     version: str = "0"
     levels: tuple[int, ...] = (1, 2, 3)
+    kind: ClassVar[Kind]
+    source: str = "built in"  # where it came from, for `flywheel domains`
+    # code each sandbox worker runs once before it forks (imports, warm caches), so every
+    # job of this domain finds its libraries loaded; our own code, never a model's
+    sandbox_warmup: str = ""
 
     @abstractmethod
-    def generate(self, level: int, rng: random.Random) -> tuple[str, TaskSpec]:
-        """One candidate task at `level`: (content key, spec with split unset)."""
+    def make_tasks(self, split: str, level: int, seed: int, count: int) -> list[TaskSpec]:
+        """Up to `count` tasks of `split` at `level`, the same for the same seed on every
+        machine (fewer only where the source holds fewer)."""
+
+    def describe(self) -> str:
+        """A line for `flywheel domains` (a task file: its rows and verifiers)."""
+        return ""
+
+    def reference(self, task: TaskSpec) -> list[dict] | None:
+        """The assistant messages of a reply to `task` that its verifier passes, in the
+        OpenAI chat format (tool calls under `tool_calls`): one message for a
+        single-turn domain, one per turn for a multi-turn one. None: the domain keeps no
+        reference for this task."""
+        return None
+
+
+class CheckEnvironment(Environment):
+    kind = "check"
+
+    @abstractmethod
+    def check(self, task: TaskSpec, completion: str) -> Score:
+        """The Score of `completion`, computed on the host. Never executes or evaluates
+        the completion's text."""
+
+
+class SandboxEnvironment(Environment):
+    kind = "sandbox"
+
+    @abstractmethod
+    def job(self, task: TaskSpec, completion: str) -> Job | Score:
+        """The sandbox job that verifies `completion`, or its final Score when nothing
+        needs to run (e.g. the completion holds no code)."""
+
+    @abstractmethod
+    def score(self, task: TaskSpec, job: Job, result: ExecResult) -> Score:
+        """The Score of the job's result."""
+
+
+def reply(text: str) -> list[dict]:
+    """A single-turn reference: one assistant message."""
+    return [{"role": "assistant", "content": text}]
+
+
+@dataclass
+class Draft:
+    """One generated task before it is placed: `key` is its content (it decides the
+    split); the rest become the TaskSpec's prompt, setup and hidden verifier data."""
+
+    key: str
+    prompt: list[dict]
+    setup: dict = field(default_factory=dict)
+    verifier: dict = field(default_factory=dict)
+
+
+class GeneratedTasks:
+    """`make_tasks` for domains that generate tasks from a seed (mixed into an Environment)."""
+
+    name: str
+    version: str
+    levels: tuple[int, ...]
+
+    @abstractmethod
+    def generate(self, level: int, rng: random.Random) -> Draft:
+        """One candidate task at `level`."""
 
     def make_tasks(self, split: str, level: int, seed: int, count: int) -> list[TaskSpec]:
-        """`count` tasks of `split` at `level`, the same for the same seed on every machine.
-        Candidates whose content belongs to the other split are skipped."""
-        if split not in ("train", "eval"):
-            raise ValueError(f"split must be 'train' or 'eval', not {split!r}")
+        """Candidates whose content belongs to the other split are skipped."""
+        check_split(split)
         if level not in self.levels:
             raise ValueError(f"domain {self.name!r} has levels {self.levels}, not {level}")
         tasks: list[TaskSpec] = []
@@ -58,24 +149,14 @@ class Environment(ABC):
         while len(tasks) < count:
             task_seed = int(stable_id(self.name, seed, level, attempt), 16) % (2**62)
             attempt += 1
-            key, spec = self.generate(level, random.Random(task_seed))
-            if split_of(key) != split:
+            draft = self.generate(level, random.Random(task_seed))
+            if split_of(draft.key) != split:
                 continue
-            spec.split, spec.seed = split, task_seed
-            spec.task_id = stable_id(self.name, self.version, split, task_seed, level)
-            tasks.append(spec)
+            tasks.append(
+                TaskSpec(
+                    task_id=stable_id(self.name, self.version, split, task_seed, level), domain=self.name,
+                    level=level, split=split, prompt=draft.prompt, setup_json=json.dumps(draft.setup),
+                    verifier_json=json.dumps(draft.verifier), seed=task_seed, generator_version=self.version,
+                )  # fmt: skip
+            )
         return tasks
-
-    @abstractmethod
-    def verification_job(self, task: TaskSpec, completion: str) -> Job | Score:
-        """A sandbox job that verifies `completion`, or a final Score when none is needed
-        (for example: the completion holds no code)."""
-
-    @abstractmethod
-    def score(self, task: TaskSpec, job: Job, result: ExecResult) -> Score:
-        """Turn the verification job's result into a Score."""
-
-    def demonstration(self, task: TaskSpec) -> str | None:
-        """A reference reply to `task` that its verifier passes, for an SFT cold start
-        (flows/sft.py); None where the domain keeps no reference (the default)."""
-        return None

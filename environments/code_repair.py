@@ -26,8 +26,9 @@ from __future__ import annotations
 import json
 import secrets
 
-from environments.agentic import MultiTurnEnvironment
+from environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
 from environments.audit import audit_commands, audit_python
+from environments.base import Draft, GeneratedTasks
 from environments.sandbox import Limits
 from storage.schema import TaskSpec
 
@@ -170,7 +171,7 @@ def _cases(rng, good, bad, name, make_input):
     return visible, hidden
 
 
-class CodeRepair(MultiTurnEnvironment):
+class CodeRepair(GeneratedTasks, MultiTurnEnvironment):
     name = "repair"
     version = "1"
     levels = (1, 2, 3)
@@ -207,15 +208,11 @@ class CodeRepair(MultiTurnEnvironment):
         start = sum(h[3] == h[4] for h in hidden) / len(hidden)
         user = (f"The repository has {', '.join(sorted(files))}. `{test_file}` fails. "
                 "Find and fix the bug so that the tests pass; do not modify the tests.")  # fmt: skip
-        spec = TaskSpec(
-            task_id="", domain=self.name, level=level, split="",
-            prompt=[{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}],
-            setup_json=json.dumps({"files": files, "tools": list(self.tools)}),
-            verifier_json=json.dumps({"hidden": [h[:4] for h in hidden], "start": start,
-                                      "tests": [test_file], "fixed": fixed}),
-            seed=0, generator_version=self.version,
-        )  # fmt: skip
-        return "|".join(key), spec
+        return Draft(
+            "|".join(key), [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}],
+            setup={"files": files, "tools": list(self.tools)},
+            verifier={"hidden": [h[:4] for h in hidden], "start": start, "tests": [test_file], "fixed": fixed},
+        )
 
     def setup_files(self, task):
         return json.loads(task.setup_json)["files"]
@@ -223,7 +220,7 @@ class CodeRepair(MultiTurnEnvironment):
     def test_command(self, task):
         return ["python", "-I", "-c", RUNNER]
 
-    def final_score(self, task, ws, steps):
+    def final_score(self, task, ws, steps, weights=DEFAULT_WEIGHTS):
         verifier, setup = json.loads(task.verifier_json), self.setup_files(task)
         hidden = verifier["hidden"]
         hack = self._audit(ws, steps, setup, verifier["tests"])
@@ -244,7 +241,7 @@ class CodeRepair(MultiTurnEnvironment):
             )
         passed = sum(got is not None and got == want for got, (*_, want) in zip(outputs, hidden))
         frac = passed / len(hidden)
-        return self.make_score(frac, verifier["start"], frac, steps, passed=passed, total=len(hidden),
+        return self.make_score(frac, verifier["start"], frac, steps, weights=weights, passed=passed, total=len(hidden),
                                hack=hack, error=error)  # fmt: skip
 
     @staticmethod
@@ -268,8 +265,7 @@ class CodeRepair(MultiTurnEnvironment):
                     pass
         return sorted(set(found))
 
-    @staticmethod
-    def reference_solution(task: TaskSpec) -> list[dict]:
+    def reference_calls(self, task: TaskSpec) -> list[dict]:
         """Read the failing test, write the fixed modules, run the tests, submit."""
         verifier = json.loads(task.verifier_json)
         calls = [{"name": "read_file", "arguments": {"path": verifier["tests"][0]}}]

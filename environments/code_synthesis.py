@@ -22,10 +22,9 @@ import random
 import re
 
 from environments.audit import audit_python
-from environments.base import Environment, Score
+from environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score
 from environments.harness import harness_job, read_report
 from environments.sandbox import ExecResult
-from storage.schema import TaskSpec
 
 VERBS = ["compute", "get", "make", "find", "calc", "build", "derive", "produce"]
 NOUNS = ["value", "result", "score", "total", "output", "answer", "item", "metric"]
@@ -163,7 +162,7 @@ def extract_code(completion: str, entry: str) -> str | None:
     return completion[idx:] if idx >= 0 else None
 
 
-class CodeSynthesis(Environment):
+class CodeSynthesis(GeneratedTasks, SandboxEnvironment):
     name = "code"
     version = "1"
     levels = (1, 2, 3)
@@ -194,15 +193,12 @@ class CodeSynthesis(Environment):
             {"role": "system", "content": "You are a careful Python programmer."},
             {"role": "user", "content": user},
         ]
-        spec = TaskSpec(
-            task_id="", domain=self.name, level=level, split="", prompt=prompt,
-            setup_json=json.dumps({"entry": entry, "tools": []}),
-            verifier_json=json.dumps({"entry": entry, "tests": hidden}),
-            seed=0, generator_version=self.version,
-        )  # fmt: skip
-        return f"{family.__name__}:{key}:{entry}", spec
+        return Draft(
+            f"{family.__name__}:{key}:{entry}", prompt, setup={"entry": entry, "tools": []},
+            verifier={"entry": entry, "tests": hidden},
+        )
 
-    def verification_job(self, task, completion):
+    def job(self, task, completion):
         verifier = json.loads(task.verifier_json)
         code = extract_code(completion, verifier["entry"])
         if code is None:

@@ -34,11 +34,10 @@ import random
 import re
 
 from environments.audit import audit_python
-from environments.base import Environment, Score
+from environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
 from environments.code_synthesis import CODE_BLOCK, extract_code
 from environments.harness import harness_job, read_report
 from environments.sandbox import ExecResult
-from storage.schema import TaskSpec
 
 FORMAT_PENALTY = -0.1
 N_HIDDEN = 6
@@ -299,7 +298,7 @@ def find_code(completion: str) -> tuple[str | None, bool]:
     return (completion[m.start() :], False) if m and f"def {ENTRY}" in completion[m.start() :] else (None, False)
 
 
-class DataTransform(Environment):
+class DataTransform(GeneratedTasks, SandboxEnvironment):
     name = "data"
     version = "1"
     levels = (1, 2, 3)
@@ -329,19 +328,16 @@ class DataTransform(Environment):
             {"role": "system", "content": "You are a careful Python programmer."},
             {"role": "user", "content": user},
         ]
-        spec = TaskSpec(
-            task_id="", domain=self.name, level=level, split="", prompt=prompt,
-            setup_json=json.dumps({"entry": ENTRY, "tools": []}),
-            verifier_json=json.dumps({"entry": ENTRY, "tests": hidden, "reference": source}),
-            seed=0, generator_version=self.version,
-        )  # fmt: skip
         shape = [table.col[r] for r in table.order]  # the same transformation on other columns is another task
-        return f"{family.__name__}:{key}:{shape}", spec
+        return Draft(
+            f"{family.__name__}:{key}:{shape}", prompt, setup={"entry": ENTRY, "tools": []},
+            verifier={"entry": ENTRY, "tests": hidden, "reference": source},
+        )
 
-    def demonstration(self, task):
-        return f"```python\n{json.loads(task.verifier_json)['reference']}```"
+    def reference(self, task):
+        return reply(f"```python\n{json.loads(task.verifier_json)['reference']}```")
 
-    def verification_job(self, task, completion):
+    def job(self, task, completion):
         tests = json.loads(task.verifier_json)["tests"]
         code, fenced = find_code(completion)
         if code is None:

@@ -34,8 +34,7 @@ import datetime as dt
 import json
 import re
 
-from environments.base import Environment, Score
-from storage.schema import TaskSpec
+from environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
 
 STRING_AS_NUMBER_PENALTY = -0.1
 REL_TOL = 1e-6
@@ -244,7 +243,7 @@ def check_field(spec: dict, got) -> tuple[bool, bool]:
     return right, right and as_string
 
 
-class DocExtraction(Environment):
+class DocExtraction(GeneratedTasks, CheckEnvironment):
     name = "extraction"
     version = "1"
     levels = (1, 2, 3)
@@ -264,18 +263,16 @@ class DocExtraction(Environment):
             {"role": "user", "content": user},
         ]
         verifier = {"fields": {k: {"type": t, "value": v, "tol": tol} for k, t, _, v, tol in fields}}
-        spec = TaskSpec(
-            task_id="", domain=self.name, level=level, split="", prompt=prompt,
-            setup_json=json.dumps({"tools": [], "answer_format": "json", "keys": [f[0] for f in fields]}),
-            verifier_json=json.dumps(verifier), seed=0, generator_version=self.version,
-        )  # fmt: skip
-        return f"{kind.__name__}:{level}:{json.dumps(verifier, sort_keys=True)}", spec
+        return Draft(
+            f"{kind.__name__}:{level}:{json.dumps(verifier, sort_keys=True)}", prompt,
+            setup={"tools": [], "answer_format": "json", "keys": [f[0] for f in fields]}, verifier=verifier,
+        )
 
-    def demonstration(self, task):
+    def reference(self, task):
         fields = json.loads(task.verifier_json)["fields"]
-        return "```json\n" + json.dumps({k: f["value"] for k, f in fields.items()}, indent=2) + "\n```"
+        return reply("```json\n" + json.dumps({k: f["value"] for k, f in fields.items()}, indent=2) + "\n```")
 
-    def verification_job(self, task, completion):
+    def check(self, task, completion):
         fields = json.loads(task.verifier_json)["fields"]
         obj = find_last_object(completion)
         if obj is None:
@@ -296,6 +293,3 @@ class DocExtraction(Environment):
             max(-1.0, min(1.0, outcome + penalty)), "pass" if not wrong else "fail", outcome=outcome,
             penalty=penalty, tests_passed=right, tests_total=len(fields), error=error,
         )  # fmt: skip
-
-    def score(self, task, job, result):
-        raise RuntimeError("the extraction domain verifies without a sandbox; verification_job returns a Score")

@@ -43,8 +43,7 @@ import re
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-from environments.base import Environment, Score
-from storage.schema import TaskSpec
+from environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
 
 FORMAT_PENALTY = -0.1
 DEC_TOLERANCE = Fraction(1, 200)  # half of 0.01, the place the 2-decimal prompts ask for
@@ -234,7 +233,7 @@ def is_correct(value: Fraction, exact: Fraction, kind: str) -> bool:
     return value == exact if kind == "int" else abs(value - exact) <= DEC_TOLERANCE
 
 
-class MathReasoning(Environment):
+class MathReasoning(GeneratedTasks, CheckEnvironment):
     name = "math"
     version = "1"
     levels = (1, 2, 3)
@@ -251,14 +250,12 @@ class MathReasoning(Environment):
             {"role": "user", "content": user},
         ]
         verifier = {"exact": str(exact), "kind": kind, "answer": display(exact, kind)}
-        spec = TaskSpec(
-            task_id="", domain=self.name, level=level, split="", prompt=prompt,
-            setup_json=json.dumps({"tools": [], "answer_format": "Answer: <number>"}),
-            verifier_json=json.dumps(verifier), seed=0, generator_version=self.version,
-        )  # fmt: skip
-        return f"{family.__name__}:{key}", spec
+        return Draft(
+            f"{family.__name__}:{key}", prompt, setup={"tools": [], "answer_format": "Answer: <number>"},
+            verifier=verifier,
+        )
 
-    def verification_job(self, task, completion):
+    def check(self, task, completion):
         v = json.loads(task.verifier_json)
         value, format_ok, error = read_answer(completion)
         if value is None:
@@ -274,14 +271,11 @@ class MathReasoning(Environment):
             tests_passed=int(ok), tests_total=1, error=error,
         )  # fmt: skip
 
-    def score(self, task, job, result):
-        raise RuntimeError("the math domain verifies without a sandbox; verification_job returns a Score")
-
-    def demonstration(self, task):
+    def reference(self, task):
         """The operation and its result for one-operation tasks, else the result alone; then
         the answer line. No worked steps for word problems: we keep none."""
         answer = json.loads(task.verifier_json)["answer"]
         question = task.prompt[-1]["content"]
         op = re.search(r"(\d+) ([-+×]) (\d+)", question) or re.search(r"(\d+) (divided by) (\d+)", question)
         working = f"{op.group(1)} {op.group(2)} {op.group(3)} = {answer}" if op else f"The result is {answer}."
-        return f"{working}\nAnswer: {answer}"
+        return reply(f"{working}\nAnswer: {answer}")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 
-from environments.agentic import MultiTurnEnvironment
+from environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
+from environments.base import Draft, GeneratedTasks
 from environments.audit import audit_commands
 from environments.sandbox import Limits
 from storage.schema import TaskSpec
@@ -246,7 +247,7 @@ def evaluate(checks: list, state: dict) -> list[bool]:
     return result
 
 
-class Terminal(MultiTurnEnvironment):
+class Terminal(GeneratedTasks, MultiTurnEnvironment):
     name = "terminal"
     version = "1"
     levels = (1, 2, 3)
@@ -260,25 +261,22 @@ class Terminal(MultiTurnEnvironment):
         start = sum(evaluate(checks, {"files": files, "dirs": []})) / len(checks)
         prompt = [{"role": "system", "content": self.system_prompt},
                   {"role": "user", "content": task}]  # fmt: skip
-        spec = TaskSpec(
-            task_id="", domain=self.name, level=level, split="", prompt=prompt,
-            setup_json=json.dumps({"files": files, "tools": list(self.tools)}),
-            verifier_json=json.dumps({"checks": checks, "start": start, "solution": solution}),
-            seed=0, generator_version=self.version,
-        )  # fmt: skip
-        return f"{family.__name__}:{key}", spec
+        return Draft(
+            f"{family.__name__}:{key}", prompt, setup={"files": files, "tools": list(self.tools)},
+            verifier={"checks": checks, "start": start, "solution": solution},
+        )
 
     def setup_files(self, task):
         return json.loads(task.setup_json)["files"]
 
-    def final_score(self, task, ws, steps):
+    def final_score(self, task, ws, steps, weights=DEFAULT_WEIGHTS):
         verifier = json.loads(task.verifier_json)
         checks = verifier["checks"]
         res = ws.run(["python", "-I", "-c", LISTER], limits=Limits(wall_s=10, output_bytes=4 << 20))
         try:
             state = json.loads(res.stdout)
         except ValueError:
-            return self.make_score(0.0, verifier["start"], 0.0, steps, passed=0, total=len(checks),
+            return self.make_score(0.0, verifier["start"], 0.0, steps, weights=weights, passed=0, total=len(checks),
                                    error=f"could not list the workspace: {res.error or res.stderr[-300:]}")  # fmt: skip
         passed = sum(evaluate(checks, state))
         frac = passed / len(checks)
@@ -286,9 +284,8 @@ class Terminal(MultiTurnEnvironment):
         hack = audit_commands([a["arguments"]["command"] for a in actions if a.get("name") == "run_shell"])
         hack = [h for h in hack if h == "reads verifier paths"]  # the tasks themselves edit and move files
         return self.make_score(
-            frac, verifier["start"], frac, steps, passed=passed, total=len(checks), hack=hack
+            frac, verifier["start"], frac, steps, weights=weights, passed=passed, total=len(checks), hack=hack
         )
 
-    @staticmethod
-    def reference_solution(task: TaskSpec) -> list[dict]:
+    def reference_calls(self, task: TaskSpec) -> list[dict]:
         return json.loads(task.verifier_json)["solution"] + [{"name": "submit", "arguments": {}}]

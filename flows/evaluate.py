@@ -12,12 +12,12 @@ from __future__ import annotations
 import duckdb
 from prefect import flow, get_run_logger
 
-from environments import get_environment
 from flywheel.config import FlywheelConfig
 from flywheel.reporting import artifact_key
 from flywheel.results import EvalResult
 from flywheel.runtime import Runtime
 from tasks.generate import generate
+from tasks.sample import sampled_levels
 from tasks.score import score
 
 EVAL_SEED = 20261130  # fixed: every evaluation sees the same held-out tasks
@@ -45,12 +45,12 @@ GROUP BY g.domain, g.level ORDER BY g.domain, g.level
 """
 
 
-def eval_tasks(domains: list[str], levels: list[int], per_level: int):
+def eval_tasks(domains, sampler, per_level: int):
+    """`per_level` held-out tasks per sampled domain and level, the same every time."""
     tasks = []
-    for domain in domains:
-        env = get_environment(domain)
-        for level in [lvl for lvl in levels if lvl in env.levels]:
-            tasks += env.make_tasks("eval", level, EVAL_SEED, per_level)
+    for name, levels in sampled_levels(domains, sampler).items():
+        for level in levels:
+            tasks += domains[name].make_tasks("eval", level, EVAL_SEED, per_level)
     return tasks
 
 
@@ -69,14 +69,15 @@ def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int = 8
     config = config.with_run_id()
     rt = Runtime(config, say=logger.info)
     try:
-        tasks = eval_tasks(config.sampler.domains, config.sampler.levels, tasks_per_level)
+        tasks = eval_tasks(rt.domains, config.sampler, tasks_per_level)
         greedy_cfg = config.sampling.model_copy(update={"k": 1, "temperature": 0.0})
         sampled_cfg = config.sampling.model_copy(update={"k": k})
         version = rt.policy_version
         tables = {}
         for mode, sampling in (("greedy", greedy_cfg), ("sampled", sampled_cfg)):
-            trajectories = generate.with_options(task_run_name=f"eval-generate-{mode}")(rt, tasks, -1, sampling, f"eval-{mode}")
-            trajectories = score.with_options(task_run_name=f"eval-score-{mode}")(rt, tasks, trajectories)
+            ctx = rt.stage_context(-1, f"eval-{mode}", sampling)
+            rollouts = generate.with_options(task_run_name=f"eval-generate-{mode}")(rt, ctx, tasks)
+            trajectories = score.with_options(task_run_name=f"eval-score-{mode}")(rt, ctx, rollouts)
             rt.lake.write_evaluation(rt.run_id, version, mode, trajectories)
             tables[mode] = rt.lake.evaluations(rt.run_id, version, mode)  # metrics from what was stored
         con = duckdb.connect()

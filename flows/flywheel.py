@@ -44,8 +44,9 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
     if not rt.lake.is_committed(rt.run_id, cycle):
         tasks = timed("sample", sample, cycle)
         timings["wait_update"] = round(updates.admit_rollouts(), 2)
-        trajectories = timed("generate", generate, tasks, cycle)
-        trajectories = timed("score", score, tasks, trajectories)
+        ctx = rt.stage_context(cycle, policy_lag=updates.lag)
+        rollouts = timed("generate", generate, ctx, tasks)
+        trajectories = timed("score", score, ctx, rollouts)
         timed("archive", archive, cycle, tasks, trajectories)
     if rt.manifest["updated_cycle"] < cycle:
         t0 = time.monotonic()

@@ -4,8 +4,9 @@ Demonstrations come from the run's own lake (passing train trajectories: the mod
 successes, a cheap rejection-sampling warm start), from a Parquet/JSONL file of chat
 examples, one `{"messages": [...]}` per row whose last message is the assistant's answer,
 or from the domains' own reference replies (`references=N`: N train-split tasks per
-domain and level of `sampler`, each with `Environment.demonstration`; domains without
-references are skipped). The last is the cold start for domains where the base model
+domain and level of `sampler`, each with `Environment.reference`; a multi-turn reference
+is played in a sandbox workspace, so its tool results are real and masked out of the
+loss, and kept only when it passes; domains without references are skipped). The last is the cold start for domains where the base model
 never passes, so GRPO has no signal: a model that never writes the answer format gets
 no reward to learn it from.
 A row that does not fit is quarantined (written, with the reason, under the run dir)
@@ -17,6 +18,7 @@ optimizer.
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -29,19 +31,27 @@ from flywheel.runtime import Runtime
 from policy.trainer import TrainSample
 
 
-def demonstrations_from_lake(lake, run_id: str, min_reward: float) -> list[tuple[list[int], list[int]]]:
+# A demonstration: (prompt ids, completion ids, a mask as logprobs: 0.0 for a token to
+# learn, NaN for one to skip, a tool's output in a multi-turn episode)
+Demo = tuple[list[int], list[int], list[float]]
+
+
+def demonstrations_from_lake(lake, run_id: str, min_reward: float) -> list[Demo]:
     table = lake.trajectories(run_id)
     table = table.filter(pc.and_(pc.equal(table["split"], "train"), pc.greater_equal(table["reward"], min_reward)))
     seen, out = set(), []
-    for row in table.select(["task_id", "prompt_token_ids", "completion_token_ids"]).to_pylist():
+    for row in table.select(["task_id", "prompt_token_ids", "completion_token_ids", "completion_logprobs"]).to_pylist():
         key = (row["task_id"], tuple(row["completion_token_ids"]))
         if key not in seen and row["completion_token_ids"]:
             seen.add(key)
-            out.append((row["prompt_token_ids"], row["completion_token_ids"]))
+            lps = row["completion_logprobs"] or []
+            ids = row["completion_token_ids"]
+            mask = [lp if math.isnan(lp) else 0.0 for lp in lps] if len(lps) == len(ids) else [0.0] * len(ids)
+            out.append((row["prompt_token_ids"], row["completion_token_ids"], mask))
     return out
 
 
-def demonstrations_from_file(path: str, tokenizer) -> tuple[list[tuple[list[int], list[int]]], list[dict]]:
+def demonstrations_from_file(path: str, tokenizer) -> tuple[list[Demo], list[dict]]:
     """(prompt ids, completion ids) per good row, and the quarantined rows with reasons."""
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
@@ -69,7 +79,7 @@ def demonstrations_from_file(path: str, tokenizer) -> tuple[list[tuple[list[int]
             if encoded is None:
                 bad.append({**row, "_error": "the chat template does not extend the prompt with the answer"})
             else:
-                good.append(encoded)
+                good.append((*encoded, [0.0] * len(encoded[1])))
     return good, bad
 
 
@@ -85,25 +95,32 @@ def encode_demonstration(tokenizer, messages: list[dict]) -> tuple[list[int], li
     return list(prompt), list(completion)
 
 
-def demonstrations_from_references(config: FlywheelConfig, tokenizer, per_level: int) -> list[tuple[list[int], list[int]]]:
+def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, per_level: int) -> list[Demo]:
     """`per_level` train-split tasks per domain and level of the sampler, each with its
     domain's reference reply. The seed is apart from the sampler's, so these tasks are
-    not the ones RL then draws (both are train split; the eval split is never touched)."""
-    from environments import get_environment
+    not the ones RL then draws (both are train split; the eval split is never touched).
+    """
+    from environments.registry import Domains
+    from policy.multiturn import play_reference
+    from tasks.sample import sampled_levels
 
+    domains = Domains(config.sampler.domains)
     out = []
-    for name in config.sampler.domains:
-        env = get_environment(name)
-        for level in config.sampler.levels:
-            if level not in env.levels:
-                continue
+    for name, levels in sampled_levels(domains, config.sampler).items():
+        env = domains[name]
+        for level in levels:
             for task in env.make_tasks("train", level, config.seed + 7919, per_level):
-                reply = env.demonstration(task)
-                if reply is None:
+                messages = env.reference(task)
+                if messages is None:
                     break  # this domain keeps no references
-                encoded = encode_demonstration(tokenizer, [*task.prompt, {"role": "assistant", "content": reply}])
+                if env.kind == "episode":
+                    ep = play_reference(tokenizer, sandbox, task, env, messages, max_tokens=config.engine.max_model_len)
+                    if ep.finish_reason == "submit" and ep.score is not None and ep.score.verdict == "pass":
+                        out.append((ep.prompt_token_ids, ep.completion_token_ids, ep.completion_logprobs))
+                    continue
+                encoded = encode_demonstration(tokenizer, [*task.prompt, *messages])
                 if encoded is not None:
-                    out.append(encoded)
+                    out.append((*encoded, [0.0] * len(encoded[1])))
     return out
 
 
@@ -128,7 +145,7 @@ def sft(
         if data_path:
             examples, quarantined = demonstrations_from_file(data_path, rt.tokenizer)
         elif references:
-            examples, quarantined = demonstrations_from_references(config, rt.tokenizer, references), []
+            examples, quarantined = demonstrations_from_references(config, rt.tokenizer, rt.sandbox, references), []
         else:
             examples, quarantined = demonstrations_from_lake(rt.lake, rt.run_id, min_reward), []
         if quarantined:
@@ -142,7 +159,7 @@ def sft(
             raise ValueError(f"no usable demonstrations in {where}")
         trainer = rt.get_trainer(start_engine=False)  # no engine in this flow
         rng, losses = random.Random(config.seed), []
-        samples = [TrainSample(p, c, [0.0] * len(c), 0.0) for p, c in examples]
+        samples = [TrainSample(p, c, mask, 0.0) for p, c, mask in examples]
         steps = epochs * -(-len(samples) // batch_size)
         with stage("sft", total=steps) as advance:
             for epoch in range(epochs):

@@ -53,15 +53,19 @@ def progress_bars():
 
 
 def preflight(config: FlywheelConfig) -> None:
-    """Fail in seconds, naming the model path or lake at fault, before Prefect, vLLM and
-    DeepSpeed start."""
+    """Fail in seconds, naming the model path, lake, domain, task file or reward function
+    at fault, before Prefect, vLLM and DeepSpeed start."""
+    from environments.registry import DomainError
+    from environments.reward_functions import RewardFunctionError, load
     from flywheel.model_prep import ModelError
-    from flywheel.runtime import check_inputs
+    from flywheel.runtime import build_domains, check_inputs
     from storage.lake import LakeError
 
     try:
         check_inputs(config, say=typer.echo)
-    except (ModelError, LakeError) as exc:
+        build_domains(config)
+        load([(f.name, f.weight) for f in config.reward.functions])
+    except (ModelError, LakeError, DomainError, RewardFunctionError) as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2)
 
@@ -214,6 +218,28 @@ def report(
     _print_query(connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id), REPORT_SQL)
 
 
+@app.command()
+def domains(
+    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
+    set_: list[str] = typer.Option([], "--set", help="Override any config key (sampler.domains, eval.files)."),
+):
+    """Every domain found: built in, installed plug-ins (the `flywheel.domains` entry
+    points) and the config's own (task files, module:Class), with kind, levels and source."""
+    from environments.registry import available
+
+    try:
+        config = load_config(config_file, set_)
+    except (ValueError, FileNotFoundError) as exc:
+        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
+        raise typer.Exit(2)
+    infos = available(config.sampler.domains, config.eval.files)
+    rows = [("domain", "kind", "levels", "source", "notes")]
+    rows += [(i.name, i.kind, ",".join(map(str, i.levels)) or "-", i.source, i.notes) for i in infos]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]  # plain columns: names are never cut
+    for r in rows:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[4])
+
+
 @app.command("prepare-model")
 def prepare_model(cache_dir: Optional[str] = typer.Option(None, help="Where to keep converted models.")):
     """Convert the shipped SmolLM2 GGUF into an HF dir (done automatically on first run)."""
@@ -244,18 +270,20 @@ def sandbox_build_image(
     ),
     config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
 ):
-    """Build the docker sandbox image locally (no registry) from this machine's system python,
-    on every configured docker host."""
+    """Build the docker sandbox image locally (no registry) from this machine's system python
+    and sandbox.libraries, on every configured docker host."""
+    from environments.sandbox import libraries_dir
     from environments.sandbox.docker_backend import docker_unavailable
     from environments.sandbox.docker_image import build_image
 
     config = load_config(config_file, [])
+    libraries = libraries_dir(config.sandbox)
     hosts = host or config.sandbox.docker_hosts or [""]
     down = {h: why for h in hosts if (why := docker_unavailable([h]))}
     name = image or config.sandbox.docker_image
     if len(down) < len(hosts):
         up = [h for h in hosts if h not in down]
-        ids = build_image(name, python or config.sandbox.python, say=typer.echo, hosts=up)
+        ids = build_image(name, python or config.sandbox.python, say=typer.echo, hosts=up, libraries=libraries)
         for h, image_id in ids.items():
             typer.echo(f"built {name} on {h or 'DOCKER_HOST'} ({image_id})")
     for why in down.values():

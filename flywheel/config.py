@@ -81,6 +81,13 @@ class SandboxConfig(BaseModel):
     file_size_mb: int = 16
     output_bytes: int = 65536
     python: str = Field("/usr/bin/python3", description="Interpreter inside the sandbox.")
+    libraries: str | None = Field(
+        None, description="A dir of Python packages the sandbox's python may import (read-only), for scorers such as "
+        "math-verify and reward functions. Empty: <venv>/sandbox-lib when it exists (scripts/setup.sh makes it).",
+    )
+    preload: list[str] = Field(
+        [], description="Modules each sandbox worker imports before it forks (besides what the domains ask for).",
+    )
     # Recycling is defence in depth: the worker already kills every process and wipes its
     # workspace after each execution, so what it guards against is slow drift in the worker
     # itself. A docker worker's replacement costs ~0.2 s of CPU (the time of ~200
@@ -112,7 +119,19 @@ class StoreConfig(BaseModel):
     )
 
 
+class RewardFunctionConfig(BaseModel):
+    name: str = Field(..., description="pkg.module:function, called as fn(prompts, completions, **columns) (TRL's convention).")
+    weight: float = 1.0
+
+
 class RewardConfig(BaseModel):
+    functions: list[RewardFunctionConfig] = Field(
+        [], description="User reward functions, run in the sandbox on every single-turn trajectory; each value is "
+        "stored as its own reward component. Items: 'pkg.module:fn' or {name, weight}.",
+    )
+    verifier_weight: float = Field(1.0, ge=0, description="Weight of the domain's own verifier when functions are set.")
+    pass_threshold: float = Field(1.0, description="Rows without a verifier of their own pass at this reward.")
+    function_timeout_s: int = Field(5, ge=1, description="Time limit of one reward function call.")
     overlong_buffer: int = Field(
         0, ge=0, description="DAPO soft overlong penalty: the last N tokens of max_tokens cost up to -1."
     )
@@ -123,14 +142,26 @@ class RewardConfig(BaseModel):
     progress_weight: float = Field(0.1, ge=0, description="Weight of the checks gained since the start.")
     recovery_weight: float = Field(0.1, ge=0, description="Weight of failed calls followed by a success.")
 
+    @field_validator("functions", mode="before")
+    @classmethod
+    def _names(cls, value):  # `--set 'reward.functions=[pkg.mod:fn]'`
+        return [{"name": v} if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
+
 
 class SamplerConfig(BaseModel):
     domains: list[str] = Field(
-        ["code", "math", "extraction", "data"], description="Registry names (environments/__init__.py)."
+        ["code", "math", "extraction", "data"],
+        description="Domains (environments/registry.py): a built-in name, file:PATH, an installed plug-in, or module:Class.",
     )
     levels: list[int] = [1, 2, 3]
     tasks_per_cycle: int = Field(8, ge=1, description="Fresh plus replayed tasks per cycle.")
     max_replay_fraction: float = Field(0.5, ge=0, le=1)
+
+
+class EvalConfig(BaseModel):
+    files: list[str] = Field(
+        [], description="Task files that are eval-only: every row is held out, and the lake refuses their tasks in training."
+    )
 
 
 class CurriculumConfig(BaseModel):
@@ -229,6 +260,7 @@ class FlywheelConfig(BaseModel):
     pipeline: PipelineConfig = PipelineConfig()
     fanout: FanoutConfig = FanoutConfig()
     cold_start: ColdStartConfig = ColdStartConfig()
+    eval: EvalConfig = EvalConfig()
 
     def with_run_id(self) -> "FlywheelConfig":
         """This config with a fresh, time-stamped run id when none was given."""

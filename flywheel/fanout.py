@@ -1,10 +1,10 @@
 """Where the generate and score stages do their work: here, or in shards on a Ray cluster.
 
-A stage calls `rt.fanout.map(body, items, **kw)` and gets `body`'s records for all of
+A stage calls `rt.fanout.map(body, items, ctx)` and gets `body`'s records for all of
 `items`, in order; it never asks which backend runs (`fanout.backend` in the config):
 
-- `local` (the default) calls `body(rt, items, **kw)` on the driver's Runtime, exactly
-  what the stage did before fan-out existed. Ray is not imported.
+- `local` (the default) calls `body(rt, ctx, items)` with the driver's Runtime as the
+  parts (tasks/context.py). Ray is not imported.
 - `ray` cuts `items` into `fanout.shards` contiguous shards and submits each as a Prefect
   task (tasks/shards.py) to prefect-ray's `RayTaskRunner`, so every shard is a task run
   in the Prefect UI under the stage, and Ray places it. The shard rebuilds the parts the
@@ -37,6 +37,7 @@ and, for the update stage's weight-sync check, its own engine.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -93,8 +94,8 @@ class LocalFanout:
     def __init__(self, rt):
         self.rt = rt
 
-    def map(self, body: Callable, items: list, *, engine: bool = False, **kw) -> list:
-        return body(self.rt, items, **kw)
+    def map(self, body: Callable, items: list, ctx, *, engine: bool = False) -> list:
+        return body(self.rt, ctx, items)
 
     def close(self) -> None:
         pass
@@ -129,16 +130,17 @@ class RayFanout:
             _logger().info("fan-out on a Ray of %d nodes at %s", len(nodes), ", ".join(nodes))
         return self._runner
 
-    def map(self, body: Callable, items: list, *, engine: bool = False, **kw) -> list:
+    def map(self, body: Callable, items: list, ctx, *, engine: bool = False) -> list:
         from prefect_ray.context import remote_options
 
-        from tasks.shards import ShardRuntime, run_shard
+        from tasks.shards import ShardParts, run_shard
 
         shards = split(items, self.cfg.shards)
         if not shards:
             return []
         runner = self._start()
-        shard_rt = ShardRuntime(portable(self.rt.config), self.rt.engine_version, self.rt.policy_lag)
+        ctx = dataclasses.replace(ctx, config=portable(ctx.config))
+        parts = ShardParts(ctx.config, ctx.policy_version)
         options = {"num_cpus": self.cfg.num_cpus, "scheduling_strategy": "SPREAD", "max_calls": 0}
         if engine and self.cfg.num_gpus:
             options["num_gpus"] = self.cfg.num_gpus
@@ -147,7 +149,7 @@ class RayFanout:
             futures = [
                 runner.submit(
                     run_shard.with_options(name=name, task_run_name=f"{name}-{self.rt.run_id}-{i + 1}of{len(shards)}"),
-                    {"body": body, "rt": shard_rt, "items": shard, "kw": kw},
+                    {"body": body, "parts": parts, "ctx": ctx, "items": shard},
                 )
                 for i, shard in enumerate(shards)
             ]

@@ -54,11 +54,13 @@ class UpdatePipeline:
 
     def admit_rollouts(self) -> float:
         """Before a generation: wait until at most `max_lag` updates are in flight and
-        sync the newest one waited for; sets the lag the next trajectories record.
-        Returns seconds waited."""
-        waited = self._sync_until(self.max_lag)
-        self.rt.policy_lag = len(self.in_flight)
-        return waited
+        sync the newest one waited for. Returns seconds waited."""
+        return self._sync_until(self.max_lag)
+
+    @property
+    def lag(self) -> int:
+        """Updates in flight now: the lag the next trajectories record."""
+        return len(self.in_flight)
 
     def drain(self) -> None:
         """Wait for every update in flight and sync the last (end of a run)."""

@@ -1,9 +1,12 @@
-"""The live parts of a run: lake, sandbox, engine, trainer, fan-out, and the policy manifest.
+"""The live parts of a run: lake, domains, sandbox, engine, trainer, fan-out, reward
+functions, and the policy manifest.
 
 Built once per flow run from the config, so stages never branch on a backend: they call
 the interfaces. Start-up checks the cheap things first (model path, lake reachable,
-sandbox works) so that bad input stops in seconds with a message naming it, before
-minutes go into starting vLLM and DeepSpeed.
+domains and task files readable, sandbox works, reward functions import there) so that
+bad input stops in seconds with a message naming it, before minutes go into starting
+vLLM and DeepSpeed. Rows a task file could not use are written to
+`<run dir>/quarantine/` with their file, line and reason.
 
 The policy manifest (in the lake, storage/policies.py) records which policy version is
 current, where its weights and checkpoint are, and which cycle's update made it: a
@@ -13,15 +16,19 @@ repeats an update.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
+from environments import reward_functions
+from environments.registry import DomainError, Domains
 from environments.sandbox import make_sandbox
 from flywheel.config import FlywheelConfig
 from flywheel.fanout import make_fanout
 from flywheel.model_prep import resolve_model
 from storage.lake import Lake
 from storage.policies import PolicyStore
+from tasks.context import StageContext
 
 log = logging.getLogger("flywheel")
 
@@ -33,6 +40,32 @@ def check_inputs(config: FlywheelConfig, say=log.info) -> tuple[str, Lake]:
     return model_dir, Lake(config.lake_uri, config.store.endpoint, config.store.region)
 
 
+def domain_specs(config: FlywheelConfig) -> list[str]:
+    """Every domain the run touches: the sampler's and the eval suites'."""
+    return list(dict.fromkeys([*config.sampler.domains, *(f"file:{f}" for f in config.eval.files)]))
+
+
+def build_domains(config: FlywheelConfig) -> Domains:
+    """The run's domains; raises DomainError naming a domain or file that is unusable,
+    or a sampled domain that is eval-only."""
+    domains = Domains(domain_specs(config), config.eval.files)
+    eval_only = {f"file:{f}" for f in config.eval.files}
+    for spec in config.sampler.domains:
+        if spec in eval_only:
+            raise DomainError(f"domain {spec} is in eval.files (eval-only): it cannot be sampled for training")
+    return domains
+
+
+def write_quarantine(domains: Domains, run_dir: Path, say=log.info) -> None:
+    for env in domains:
+        bad = getattr(env, "quarantined", None)
+        if bad:
+            path = run_dir / "quarantine" / f"{Path(env.path).name}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps(q) + "\n" for q in bad))
+            say(f"{env.path}: {len(bad)} rows quarantined ({env.rows} usable), reasons in {path}")
+
+
 class Runtime:
     """Not a dataclass on purpose: Prefect walks dataclass parameters of tasks."""
 
@@ -42,13 +75,23 @@ class Runtime:
         self.run_dir = config.run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.base_model, self.lake = check_inputs(config, say)
-        self.sandbox = make_sandbox(config.sandbox)
-        probe = self.sandbox.run(_probe_job())
-        if probe.error or probe.stdout.strip() != "42":
-            raise RuntimeError(
-                f"sandbox backend {config.sandbox.backend!r} cannot run code here: "
-                f"{probe.error or probe.stderr.strip()[-300:]}"
-            )
+        self.domains = build_domains(config)
+        write_quarantine(self.domains, self.run_dir, say)
+        functions = reward_functions.load([(f.name, f.weight) for f in config.reward.functions])
+        warmup = tuple(dict.fromkeys(e.sandbox_warmup for e in self.domains if e.sandbox_warmup))
+        self.sandbox = make_sandbox(config.sandbox, warmup)
+        try:
+            probe = self.sandbox.run(_probe_job())
+            if probe.error or probe.stdout.strip() != "42":
+                raise RuntimeError(
+                    f"sandbox backend {config.sandbox.backend!r} cannot run code here: "
+                    f"{probe.error or probe.stderr.strip()[-300:]}"
+                )
+            reward_functions.probe(self.sandbox, functions)
+        except BaseException:
+            self.sandbox.close()
+            raise
+        self.reward_functions = functions
         # an asynchronous run syncs a version into the engine while later ones publish:
         # keep enough HF dirs that the one being synced is still there
         keep = max(config.store.keep_policy_exports, config.pipeline.max_policy_lag + 2)
@@ -60,9 +103,6 @@ class Runtime:
         self._engine = None
         self._engine_version = 0
         self._trainer = None
-        # updates in flight (trained or training, not yet in the engine) while generating:
-        # set by the update pipeline, recorded on every trajectory
-        self.policy_lag = 0
         self.fanout = make_fanout(self)  # where generate and score run; Ray starts on first use
 
     # ---- policy versions -----------------------------------------------------------------
@@ -86,6 +126,12 @@ class Runtime:
         last = committed[-1]
         finished = self.manifest["updated_cycle"] >= last and self.lake.read_replay_queue(self.run_id, last + 1) is not None
         return last + 1 if finished else last
+
+    def stage_context(self, cycle: int, label: str = "train", sampling=None, policy_lag: int = 0) -> StageContext:
+        """The generate and score stages' context, fixed now (tasks/context.py)."""
+        return StageContext(config=self.config, run_id=self.run_id, cycle=cycle, label=label,
+                            policy_version=self.engine_version, policy_lag=policy_lag,
+                            sampling=sampling or self.config.sampling)  # fmt: skip
 
     def staging_dir(self, name: str) -> Path:
         """Where the trainer writes an export or checkpoint before it is published."""

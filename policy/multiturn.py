@@ -39,6 +39,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from environments.agentic import DEFAULT_WEIGHTS, RewardWeights
 from environments.base import Score
 from environments.sandbox import Limits
 from environments.tools import InvalidCall, execute, parse_tool_calls, step_record, truncate
@@ -62,16 +63,18 @@ class Episode:
     finish_reason: str = ""  # "submit", "max_turns", "max_tokens", or "error"
     score: Score | None = None
 
-    def trajectory_fields(self) -> dict:
-        """The `storage.schema.Trajectory` fields this episode fills."""
-        s = self.score or Score(0.0, "error", error="not scored")
-        return dict(  # noqa: C408  (keyword form: these are Trajectory field names)
-            messages=[{"role": m["role"], "content": m["content"]} for m in self.messages], steps=self.steps,
+    def rollout(self, seconds: float):
+        """This scored episode as a `tasks.records.Rollout`."""
+        from tasks.records import Rollout
+
+        return Rollout(
+            task=self.task, sample_index=self.sample_index,
+            messages=[{"role": m["role"], "content": m["content"]} for m in self.messages],
             prompt_token_ids=self.prompt_token_ids, completion_token_ids=self.completion_token_ids,
             completion_logprobs=self.completion_logprobs, finish_reason=self.finish_reason,
-            num_turns=self.num_turns, num_tool_calls=len(self.steps), reward=s.reward,
-            reward_outcome=s.outcome, reward_process=s.process, reward_penalty=s.penalty, verdict=s.verdict,
-            error=s.error, tests_passed=s.tests_passed, tests_total=s.tests_total,
+            timings={"episode_s": seconds}, num_turns=self.num_turns, steps=self.steps,
+            episode_score=self.score or Score(0.0, "error", error="not scored"),
+            verifier_version=f"{self.env.name}-{self.env.version}",
         )  # fmt: skip
 
 
@@ -136,13 +139,15 @@ class _Live:
 
 def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: int = 8, max_tokens: int = 4096,
                  sampling: SamplingSpec | None = None, step_limits: Limits | None = None,
-                 max_observation_chars: int = 2000, max_live: int | None = None) -> list[list[Episode]]:  # fmt: skip
+                 max_observation_chars: int = 2000, max_live: int | None = None,
+                 weights: RewardWeights = DEFAULT_WEIGHTS) -> list[list[Episode]]:  # fmt: skip
     """Play every job's k trajectories; returns, per job, its k scored Episodes.
 
     jobs: (task, env, k) with env a `MultiTurnEnvironment`. max_turns: assistant turns per
     trajectory. max_tokens: the whole sequence (prompt, assistant and observation tokens);
     each turn may sample at most `sampling.max_tokens` and never past this budget.
-    step_limits: the sandbox limits of each tool execution (default: the sandbox's)."""
+    step_limits: the sandbox limits of each tool execution (default: the sandbox's).
+    weights: how outcome and process rewards combine (environments/agentic.py)."""
     sampling = sampling or SamplingSpec(n=1, max_tokens=512)
     tool_role = has_tool_role(tokenizer)
     episodes = [[Episode(task, env, i, [dict(m) for m in task.prompt], encode_chat(tokenizer, task.prompt))
@@ -153,12 +158,12 @@ def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: in
     with ThreadPoolExecutor(max_workers=wave) as pool:
         for start in range(0, len(flat), wave):
             _play(engine, tokenizer, sandbox, flat[start : start + wave], pool, max_turns, max_tokens, sampling,
-                  step_limits, max_observation_chars, tool_role)  # fmt: skip
+                  step_limits, max_observation_chars, tool_role, weights)  # fmt: skip
     return episodes
 
 
 def _play(
-    engine, tokenizer, sandbox, batch, pool, max_turns, max_tokens, sampling, limits, max_chars, tool_role
+    engine, tokenizer, sandbox, batch, pool, max_turns, max_tokens, sampling, limits, max_chars, tool_role, weights
 ):
     def acquire(ep):
         return _Live(ep, sandbox.workspace(ep.env.setup_files(ep.task)))
@@ -198,7 +203,7 @@ def _play(
                 lv.commit_observations(ids)
                 still.append(lv)
             live = still
-        scores = pool.map(_try(lambda lv: lv.ep.env.final_score(lv.ep.task, lv.ws, lv.ep.steps)), lives)
+        scores = pool.map(_try(lambda lv: lv.ep.env.final_score(lv.ep.task, lv.ws, lv.ep.steps, weights)), lives)
         for lv, score in zip(lives, scores):
             lv.ep.score = (
                 score if isinstance(score, Score) else Score(0.0, "error", error=f"scoring failed: {score}")
@@ -254,3 +259,30 @@ def _try(fn):
             return f"{type(exc).__name__}: {exc}"
 
     return wrapped
+
+
+class _Script:
+    """An engine that answers the i-th call with the i-th scripted reply: the reference
+    episode of one task, played through the same runner as the policy's episodes."""
+
+    def __init__(self, tokenizer, replies: list[str]):
+        self.tok, self.replies, self.turn = tokenizer, replies, 0
+
+    def generate(self, prompts, spec):
+        text = self.replies[self.turn] if self.turn < len(self.replies) else ""
+        self.turn += 1
+        ids = _ids(self.tok, text) + ([self.tok.eos_token_id] if self.tok.eos_token_id is not None else [])
+        return [[Sample(text, ids, [0.0] * len(ids), "stop")] for _ in prompts]
+
+
+def play_reference(tokenizer, sandbox, task, env, messages: list[dict], *, max_tokens: int = 4096,
+                   weights: RewardWeights = DEFAULT_WEIGHTS) -> Episode:  # fmt: skip
+    """The episode of `env.reference(task)` (`messages`, one assistant message per turn),
+    its tool calls executed in a real workspace and the result scored: an SFT
+    demonstration whose observation tokens are marked NaN, as in a policy episode."""
+    from environments.agentic import tool_call_text
+
+    replies = [tool_call_text(m) for m in messages]
+    spec = SamplingSpec(n=1, temperature=0.0, max_tokens=max(len(_ids(tokenizer, r)) for r in replies) + 2)
+    return run_episodes(_Script(tokenizer, replies), tokenizer, sandbox, [(task, env, 1)], max_turns=len(replies),
+                        max_tokens=max_tokens, sampling=spec, max_live=1, weights=weights)[0][0]  # fmt: skip

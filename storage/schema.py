@@ -18,6 +18,8 @@ Versions:
      `cycle` on tasks: the cycle whose file holds the row (compacted files mix cycles).
   3  `policy_lag` on trajectories: how many policy updates were in flight (trained but
      not yet in the engine) when the trajectory was generated; 0 in synchronous runs.
+  4  `reward_components` on trajectories: the parts of the reward, each with its name,
+     value and error (the domain's verifier, each of `reward.functions`).
 
 Nested data the schema does not need to query (environment setup, hidden tests) is kept
 as JSON text: it varies per domain and a new domain must not need a schema change.
@@ -32,11 +34,12 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 VERDICTS = ("pass", "fail", "no_code", "error", "timeout", "suspected_hack")
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+COMPONENT = pa.struct([("name", pa.string()), ("value", pa.float64()), ("error", pa.string())])
 STEP = pa.struct(
     [
         ("action", pa.string()),
@@ -125,6 +128,7 @@ class Trajectory:
     timings_json: str
     origin_cycle: int = -1  # v2
     policy_lag: int = 0  # v3
+    reward_components: list[dict] = field(default_factory=list)  # v4: {"name", "value", "error"}
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @staticmethod
@@ -169,6 +173,7 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("origin_cycle", pa.int32()),
         ("policy_lag", pa.int32()),
         ("created_at", pa.timestamp("us", tz="UTC")),
+        ("reward_components", pa.list_(COMPONENT)),
     ],
     metadata={"flywheel.schema_version": str(SCHEMA_VERSION), "flywheel.record": "trajectory"},
 )

@@ -79,5 +79,7 @@ def cycle_tables(run_id: str, cycle: int, tasks: int, k: int = 4, seed: int = 0,
         "sandbox_backend": ["bwrap"] * n, "verifier_version": ["synthetic-1"] * n, "timings_json": ["{}"] * n,
         "origin_cycle": pa.array([cycle] * n, pa.int32()), "policy_lag": pa.array([0] * n, pa.int32()),
         "created_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+        "reward_components": pa.array([[{"name": "verifier", "value": float(r), "error": ""}] for r in reward],
+                                      TRAJECTORY_SCHEMA.field("reward_components").type),
     }, schema=TRAJECTORY_SCHEMA)  # fmt: skip
     return task_table, traj

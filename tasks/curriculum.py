@@ -71,9 +71,10 @@ def open_levels(levels: list[int], stats: dict[tuple[str, int], LevelStats], dom
     return opened
 
 
-def plan(domains: list[str], levels: list[int], count: int, stats: dict, threshold: float, min_weight: float) -> Counter:
-    """How many fresh tasks per (domain, level), `count` in all."""
-    cells = [(d, lvl) for d in domains for lvl in open_levels(levels, stats, d, threshold)]
+def plan(levels: dict[str, list[int]], count: int, stats: dict, threshold: float, min_weight: float) -> Counter:
+    """How many fresh tasks per (domain, level), `count` in all; `levels`: each domain's
+    levels to sample from."""
+    cells = [(d, lvl) for d, lv in levels.items() for lvl in open_levels(lv, stats, d, threshold)]
     weights = {c: max(min_weight, stats[c].informative) if c in stats else 1.0 for c in cells}
     total = sum(weights.values())
     exact = {c: count * w / total for c, w in weights.items()}

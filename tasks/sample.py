@@ -18,29 +18,40 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from environments import get_environment
 from policy.chat import encode_chat
 from tasks.curriculum import level_stats
 from tasks.curriculum import plan as curriculum_plan
 from storage.schema import TaskSpec, stable_id
 
 
-def fresh_plan(domains: list[str], levels: list[int], count: int) -> Counter:
+def sampled_levels(domains, sampler) -> dict[str, list[int]]:
+    """Each sampled domain (by its name) with the configured levels it has; a domain
+    with none of them (a task file of other levels) keeps its own."""
+    out = {}
+    for spec in sampler.domains:
+        env = domains[spec]
+        out[env.name] = [lvl for lvl in sampler.levels if lvl in env.levels] or list(env.levels)
+    return out
+
+
+def fresh_plan(levels: dict[str, list[int]], count: int) -> Counter:
     """How many fresh tasks per (domain, level): round-robin, domains first."""
     plan: Counter = Counter()
+    names = list(levels)
     for i in range(count):
-        plan[(domains[i % len(domains)], levels[(i // len(domains)) % len(levels)])] += 1
+        d = names[i % len(names)]
+        plan[(d, levels[d][(i // len(names)) % len(levels[d])])] += 1
     return plan
 
 
-def fresh_tasks(run_seed: int, cycle: int, plan: Counter) -> list[TaskSpec]:
+def fresh_tasks(domains, run_seed: int, cycle: int, plan: Counter) -> list[TaskSpec]:
     """`cycle`'s fresh train tasks for a plan of counts per (domain, level). Seeded by
     (run seed, cycle, domain, level), so the same on every machine, and a smaller count
     draws a prefix of a larger one (bench/vs_trl.py gives TRL this same stream)."""
     fresh: list[TaskSpec] = []
     for (domain, level), count in sorted(plan.items()):
         seed = int(stable_id("fresh", run_seed, cycle, domain, level), 16) % (2**62)
-        fresh += get_environment(domain).make_tasks("train", level, seed, count)
+        fresh += domains[domain].make_tasks("train", level, seed, count)
     return fresh
 
 
@@ -50,13 +61,14 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
     replayed = (rt.lake.read_replay_queue(rt.run_id, cycle) or []) if cfg.replay.enabled else []
     replayed = replayed[: int(cfg.sampler.tasks_per_cycle * cfg.sampler.max_replay_fraction)]
     count = cfg.sampler.tasks_per_cycle - len(replayed)
+    levels = sampled_levels(rt.domains, cfg.sampler)
     if cfg.curriculum.enabled:
         cur = cfg.curriculum
         stats = level_stats(rt.lake, rt.run_id, cycle - 1, cur.window_cycles)
-        plan = curriculum_plan(cfg.sampler.domains, cfg.sampler.levels, count, stats, cur.open_threshold, cur.min_weight)
+        plan = curriculum_plan(levels, count, stats, cur.open_threshold, cur.min_weight)
     else:
-        plan = fresh_plan(cfg.sampler.domains, cfg.sampler.levels, count)
-    fresh = fresh_tasks(cfg.seed, cycle, plan)
+        plan = fresh_plan(levels, count)
+    fresh = fresh_tasks(rt.domains, cfg.seed, cycle, plan)
     taken = {t.task_id for t in replayed}
     fresh = [dataclasses.replace(t, origin_cycle=cycle) for t in fresh if t.task_id not in taken]
     budget = cfg.engine.max_model_len - cfg.sampling.max_tokens

@@ -1,7 +1,16 @@
-"""Stages 3 and 4, execute and score: every single-turn trajectory's answer runs in the
-sandbox pool under its domain's verifier, all at once, and the Score lands on the record.
-Multi-turn trajectories executed their actions and were scored in their workspaces
-during generation (policy/multiturn.py); they pass through unchanged.
+"""Stages 3 and 4, execute and score: every single-turn rollout is verified by its domain,
+and every rollout becomes a Trajectory record (tasks/records.py).
+
+Dispatch on the domain's kind, once per rollout: "check" domains score on the host;
+"sandbox" domains' jobs run all at once on the sandbox pool; "episode" rollouts were
+scored in their workspaces during generation and keep that score. Then the user's
+`reward.functions` (environments/reward_functions.py) score the single-turn rollouts in
+the sandbox, each one's value kept as its own reward component:
+
+    reward = verifier_weight * verifier reward + sum(weight_i * value_i)
+
+A row without a verifier of its own (`Score.graded` False, a task file's `none` rows)
+passes when that reward reaches `reward.pass_threshold`.
 
 A sandbox infrastructure failure is retried once per job and then recorded as the
 `error` verdict on that trajectory: it never fails the cycle. A verifier's verdict is
@@ -17,69 +26,78 @@ import json
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from environments import Environment, Score, get_environment
+from environments import Environment, Score
+from environments import reward_functions as rf
 from environments.sandbox import ExecResult, Job
+from flywheel.config import RewardConfig
 from flywheel.progress import stage
 from policy.grpo import overlong_penalty
 from storage.schema import TaskSpec, Trajectory
+from tasks.context import Parts, StageContext
+from tasks.records import Rollout, trajectory_record
 
 
 @dataclasses.dataclass
 class Verified:
     score: Score
-    result: ExecResult | None  # None when no sandbox job was needed
+    result: ExecResult | None  # None when no sandbox job ran
 
 
 def verify(sandbox, pairs: list[tuple[Environment, TaskSpec, str]], advance=lambda n: None) -> list[Verified]:
     """Each (domain, task, completion)'s Score under the domain's verifier, every sandbox
     job at once on the pool (an infrastructure failure retried once). The score stage and
     bench/vs_trl.py's reward for TRL both come through here, so they cannot drift apart."""
-    jobs = [env.verification_job(spec, completion) for env, spec, completion in pairs]
-    runnable = [i for i, j in enumerate(jobs) if isinstance(j, Job)]
+    first: list[Job | Score] = [env.check(t, c) if env.kind == "check" else env.job(t, c) for env, t, c in pairs]
+    runnable = [i for i, j in enumerate(first) if isinstance(j, Job)]
     advance(len(pairs) - len(runnable))
     results: dict[int, ExecResult] = {}
     chunk = max(1, sandbox.concurrency * 2)
     for start in range(0, len(runnable), chunk):
         idx = runnable[start : start + chunk]
-        for i, res in zip(idx, sandbox.map([jobs[i] for i in idx])):
+        for i, res in zip(idx, sandbox.map([first[i] for i in idx])):
             if res.error:  # the sandbox broke, not the code: one more try
-                res = sandbox.run(jobs[i])
+                res = sandbox.run(first[i])
             results[i] = res
         advance(len(idx))
     out = []
-    for i, ((env, spec, _), job) in enumerate(zip(pairs, jobs)):
+    for i, ((env, spec, _), job) in enumerate(zip(pairs, first)):
         res = results.get(i)
-        out.append(Verified(env.score(spec, job, res) if res is not None else job, res))
+        out.append(Verified(env.score(spec, job, res), res) if res is not None else Verified(job, None))
     return out
 
 
 @task(name="score", cache_policy=NO_CACHE)
-def score(rt, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> list[Trajectory]:
-    """The trajectories, scored, in their order. The work runs where `fanout` says
-    (flywheel/fanout.py): here, or in shards of trajectories on Ray."""
-    return rt.fanout.map(score_trajectories, trajectories, tasks=tasks)
+def score(rt, ctx: StageContext, rollouts: list[Rollout]) -> list[Trajectory]:
+    """The rollouts, scored, as records in their order. The work runs where `fanout` says
+    (flywheel/fanout.py): here, or in shards of rollouts on Ray."""
+    return rt.fanout.map(score_rollouts, rollouts, ctx)
 
 
-def score_trajectories(rt, trajectories: list[Trajectory], tasks: list[TaskSpec]) -> list[Trajectory]:
-    """Score `trajectories` (any slice of a stage's list) against their `tasks`."""
-    by_id = {t.task_id: t for t in tasks}
-    envs = {d: get_environment(d) for d in {t.domain for t in tasks}}
-    pending = [i for i, tr in enumerate(trajectories) if tr.verdict == "pending"]  # multi-turn: scored in generate
-    pairs = [
-        (envs[tr.domain], by_id[tr.task_id], tr.messages[-1]["content"]) for tr in (trajectories[i] for i in pending)
-    ]
-    with stage("score", total=len(trajectories)) as advance:
-        advance(len(trajectories) - len(pending))
-        verified = dict(zip(pending, verify(rt.sandbox, pairs, advance)))
-    max_tokens, buffer = rt.config.sampling.max_tokens, rt.config.reward.overlong_buffer
-    scored = []
-    for i, tr in enumerate(trajectories):
-        if i not in verified:
-            scored.append(tr)
+def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> list[Trajectory]:
+    """Score `rollouts` (any slice of a stage's list)."""
+    single = [i for i, r in enumerate(rollouts) if r.episode_score is None]
+    pairs = [(parts.domains[rollouts[i].task.domain], rollouts[i].task, rollouts[i].completion) for i in single]
+    with stage("score", total=len(rollouts)) as advance:
+        advance(len(rollouts) - len(single))
+        verified = dict(zip(single, verify(parts.sandbox, pairs, advance)))
+    functions = parts.reward_functions
+    values: dict[int, dict] = {}
+    if functions and single:
+        items = [reward_item(rollouts[i]) for i in single]
+        with stage("rewards", total=len(items) * len(functions)) as advance:
+            values = dict(zip(single, rf.evaluate(parts.sandbox, functions, items, ctx.config.reward.function_timeout_s)))
+            advance(len(items) * len(functions))
+    max_tokens, buffer = ctx.sampling.max_tokens, ctx.config.reward.overlong_buffer
+    out = []
+    for i, r in enumerate(rollouts):
+        if i not in verified:  # an episode: scored in its workspace
+            sc = r.episode_score
+            out.append(trajectory_record(ctx, r, sc, components=[component("verifier", sc.reward)]))
             continue
-        env = envs[tr.domain]
+        env = parts.domains[r.task.domain]
         sc, res = verified[i].score, verified[i].result
-        steps, timings = [], json.loads(tr.timings_json)
+        sc, components = with_functions(sc, values.get(i, {}), functions, ctx.config.reward)
+        steps, timings = [], {}
         if res is not None:
             steps.append(dict(
                 action="verify", observation=(res.stdout[-2000:] + res.stderr[-2000:]),
@@ -87,11 +105,41 @@ def score_trajectories(rt, trajectories: list[Trajectory], tasks: list[TaskSpec]
                 duration_s=res.duration_s, truncated=res.truncated,
             ))  # fmt: skip
             timings["verify_s"] = res.duration_s
-        overlong = overlong_penalty(len(tr.completion_token_ids), max_tokens, buffer)
-        scored.append(dataclasses.replace(
-            tr, reward=sc.reward + overlong, reward_outcome=sc.outcome, reward_process=sc.process,
-            reward_penalty=sc.penalty + overlong, verdict=sc.verdict, error=sc.error,
-            tests_passed=sc.tests_passed, tests_total=sc.tests_total, steps=steps,
-            verifier_version=f"{env.name}-{env.version}", timings_json=json.dumps(timings),
-        ))  # fmt: skip
-    return scored
+        r = dataclasses.replace(r, verifier_version=f"{env.name}-{env.version}")
+        overlong = overlong_penalty(len(r.completion_token_ids), max_tokens, buffer)
+        out.append(trajectory_record(ctx, r, sc, steps=steps, timings=timings, components=components, penalty=overlong))
+    return out
+
+
+def component(name: str, value: float | None, error: str = "") -> dict:
+    return {"name": name, "value": value, "error": error}
+
+
+def reward_item(r: Rollout) -> dict:
+    """A rollout as a reward function sees it (TRL's convention: text or chat)."""
+    spec = json.loads(r.task.verifier_json)
+    columns = {"domain": r.task.domain, "level": r.task.level, "task_id": r.task.task_id, **spec.get("columns", {})}
+    if spec.get("text_prompt"):
+        return {"prompt": r.task.prompt[-1]["content"], "completion": r.completion, "columns": columns}
+    return {"prompt": r.task.prompt, "completion": [{"role": "assistant", "content": r.completion}], "columns": columns}
+
+
+def with_functions(sc: Score, values: dict, functions: list, cfg: RewardConfig) -> tuple[Score, list[dict]]:
+    """The verifier's Score combined with the reward functions' values, and the components."""
+    components = [component("verifier", sc.reward if sc.graded else None)]
+    if not functions:
+        return sc, components
+    total = cfg.verifier_weight * sc.reward if sc.graded else 0.0
+    errors = []
+    for fn in functions:
+        value, error = values.get(fn.name, (None, "not evaluated"))
+        components.append(component(fn.name, value, error))
+        if value is None:
+            errors.append(f"reward function {fn.name}: {error}")
+        else:
+            total += fn.weight * value
+    verdict = sc.verdict
+    if not sc.graded:
+        verdict = "error" if errors else ("pass" if total >= cfg.pass_threshold else "fail")
+    error = "; ".join([e for e in [sc.error, *errors] if e])
+    return dataclasses.replace(sc, reward=total, verdict=verdict, error=error[:2000]), components

@@ -1,11 +1,11 @@
 """A shard of a stage, run as a Prefect task on a Ray worker (flywheel/fanout.py submits it).
 
 A worker has none of the driver's live parts (the Runtime holds processes and cannot be
-pickled), so a shard receives the config and the policy version and rebuilds what the
-stage body reads. `ShardRuntime` offers the attributes the bodies use (config, run_id,
-policy_version, tokenizer, sandbox, engine), and the bodies are the very functions the
-local path runs on the driver's Runtime (tasks.generate.rollouts, tasks.score.score_trajectories),
-so a shard's records are made by the same code.
+pickled), so a shard receives the stage's context and rebuilds the parts the body uses
+(`ShardParts`: tokenizer, sandbox, engine, domains, reward functions: tasks/context.py's
+`Parts`), and the bodies are the very functions the local path runs on the driver's
+Runtime (tasks.generate.rollouts, tasks.score.score_rollouts), so a shard's records are
+made by the same code.
 
 Live parts are built on first use and cached in this module, one set per worker process:
 a Ray worker that runs shard after shard starts its sandbox pool and its engine once. A
@@ -59,17 +59,16 @@ def close_parts() -> None:
     _LOADED.clear()
 
 
-class ShardRuntime:
-    """What a stage body reads from a Runtime, rebuilt from the config where it runs.
-    Holds only the config and the version, so it pickles; its live parts are cached in
-    the module. Not a dataclass on purpose: Prefect walks dataclass parameters of tasks."""
+class ShardParts:
+    """The parts a stage body uses, rebuilt from the config where it runs. Holds only the
+    config and the policy version the engine must hold, so it pickles; its live parts are
+    cached in the module. Not a dataclass on purpose: Prefect walks dataclass parameters
+    of tasks."""
 
-    def __init__(self, config, policy_version: int, policy_lag: int = 0):
+    def __init__(self, config, policy_version: int):
         self.config = config
         self.run_id = config.run_id
         self.policy_version = policy_version
-        self.engine_version = policy_version  # the version this shard's engine is made to hold
-        self.policy_lag = policy_lag  # updates in flight on the driver (flywheel/pipeline.py)
 
     @property
     def base_model(self) -> str:
@@ -86,11 +85,25 @@ class ShardRuntime:
         return _part(("tokenizer", base), lambda: AutoTokenizer.from_pretrained(base))
 
     @property
+    def domains(self):
+        from flywheel.runtime import build_domains
+
+        return _part(("domains", self.config.model_dump_json(include={"sampler", "eval"})), lambda: build_domains(self.config))
+
+    @property
+    def reward_functions(self) -> list:
+        from environments import reward_functions
+
+        specs = [(f.name, f.weight) for f in self.config.reward.functions]
+        return _part(("rewards", repr(specs)), lambda: reward_functions.load(specs))
+
+    @property
     def sandbox(self):
         from environments.sandbox import make_sandbox
 
-        cfg = self.config.sandbox
-        return _part(("sandbox", cfg.model_dump_json()), lambda: make_sandbox(cfg))
+        cfg, domains = self.config.sandbox, self.domains
+        warmup = tuple(dict.fromkeys(e.sandbox_warmup for e in domains if e.sandbox_warmup))
+        return _part(("sandbox", cfg.model_dump_json(), warmup), lambda: make_sandbox(cfg, warmup))
 
     @property
     def engine(self):
@@ -141,8 +154,8 @@ def node_id() -> str:
 
 
 @task(name="shard", cache_policy=NO_CACHE)
-def run_shard(body: Callable, rt: ShardRuntime, items: list, kw: dict) -> ShardResult:
-    """`body(rt, items, **kw)` here, with where and how long it ran."""
+def run_shard(body: Callable, parts: ShardParts, ctx, items: list) -> ShardResult:
+    """`body(parts, ctx, items)` here, with where and how long it ran."""
     t0 = time.monotonic()
-    records = body(rt, items, **kw)
+    records = body(parts, ctx, items)
     return ShardResult(records, node_id(), os.getpid(), round(time.monotonic() - t0, 3))

@@ -18,6 +18,8 @@ END = "<|im_end|>"
 class CharChatTokenizer:
     """One token per character (id = code point); a ChatML template with or without a tool role."""
 
+    eos_token_id = None  # END is spelt out in characters, not one token
+
     def __init__(self, tool_role: bool = True):
         self.tool_role = tool_role
 

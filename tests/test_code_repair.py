@@ -21,7 +21,7 @@ def tasks(level, n=4):
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_reference_fix_scores_one(box, level):  # noqa: F811
     for task in tasks(level):
-        score, steps = play(ENV, task, box, ENV.reference_solution(task))
+        score, steps = play(ENV, task, box, ENV.reference_calls(task))
         assert (score.reward, score.verdict, score.outcome) == (1.0, "pass", 1.0), (steps, score)
         run_tests = next(s for s in steps if '"run_tests"' in s["action"])
         assert run_tests["exit_code"] == 0 and "0 failed" in run_tests["observation"]
@@ -76,7 +76,7 @@ HACKS = {
 def test_hacks_score_zero_even_with_the_right_fix(box, hack):  # noqa: F811
     task = tasks(2, 1)[0]
     test_file = json.loads(task.verifier_json)["tests"][0]
-    calls = HACKS[hack](test_file) + ENV.reference_solution(task)[1:]
+    calls = HACKS[hack](test_file) + ENV.reference_calls(task)[1:]
     score, _ = play(ENV, task, box, calls)
     assert (score.reward, score.verdict) == (0.0, "suspected_hack"), score
     assert score.outcome == 1.0 and score.penalty < 0 and score.error.startswith("audit:")

@@ -30,7 +30,7 @@ def lookup_solution(task, wrong_after: int | None = None) -> str:
 
 
 def verify(box, task, completion) -> Score:
-    job = env.verification_job(task, completion)
+    job = env.job(task, completion)
     return job if isinstance(job, Score) else env.score(task, job, box.run(job))
 
 
@@ -85,6 +85,6 @@ def test_a_broken_sandbox_is_an_error_verdict_not_a_crash():
     from environments.sandbox import ExecResult
 
     task = env.make_tasks("train", 1, 0, 1)[0]
-    job = env.verification_job(task, lookup_solution(task))
+    job = env.job(task, lookup_solution(task))
     score = env.score(task, job, ExecResult(None, "", "", 0.1, error="bwrap failed: no user namespace"))
     assert (score.reward, score.verdict) == (0.0, "error") and "bwrap failed" in score.error

@@ -19,11 +19,11 @@ def test_levels_open_in_order_on_the_threshold():
 
 def test_plan_weights_flat_levels_down_and_sums_to_count():
     s = {("code", 1): LevelStats(0.9, 0.1, 10), ("code", 2): LevelStats(0.3, 0.8, 10)}
-    p = plan(["code"], [1, 2, 3], 10, s, 0.2, 0.1)
+    p = plan({"code": [1, 2, 3]}, 10, s, 0.2, 0.1)
     assert sum(p.values()) == 10 and set(p) == {("code", 1), ("code", 2), ("code", 3)}
     assert p[("code", 3)] > p[("code", 2)] > p[("code", 1)]  # untried 1.0 > 0.8 > 0.1
-    assert plan(["code", "math"], [1, 2, 3], 7, {}, 0.2, 0.1) == {("code", 1): 4, ("math", 1): 3}
-    assert plan(["code"], [1], 5, s, 0.2, 0.1) == {("code", 1): 5}
+    assert plan({"code": [1, 2, 3], "math": [1, 2, 3]}, 7, {}, 0.2, 0.1) == {("code", 1): 4, ("math", 1): 3}
+    assert plan({"code": [1]}, 5, s, 0.2, 0.1) == {("code", 1): 5}
 
 
 def test_level_stats_from_the_lake(tmp_path):
@@ -39,7 +39,7 @@ def test_level_stats_from_the_lake(tmp_path):
     assert s[("code", 1)] == LevelStats(0.75, 0.5, 2)  # 3 of 4 samples pass; one group varies
     assert s[("code", 2)] == LevelStats(0.0, 0.0, 2)
     assert level_stats(lake, "r", 5, 3) == {}  # out of the window
-    p = plan(["code"], [1, 2, 3], 8, s, 0.2, 0.1)
+    p = plan({"code": [1, 2, 3]}, 8, s, 0.2, 0.1)
     assert p == {("code", 1): 7, ("code", 2): 1}  # level 3 shut: level 2 passes nothing
 
 
@@ -64,14 +64,17 @@ def test_fresh_tasks_are_a_seeded_stream_whose_smaller_counts_are_prefixes():
     """The sampler's fresh tasks; bench/vs_trl.py hands TRL the same stream."""
     from collections import Counter
 
+    from environments.registry import Domains
     from tasks.sample import fresh_plan, fresh_tasks
 
-    full = fresh_plan(["extraction", "code"], [1], 6)
+    DOMAINS = Domains(["extraction", "code"])
+
+    full = fresh_plan({"extraction": [1], "code": [1]}, 6)
     assert full == Counter({("extraction", 1): 3, ("code", 1): 3})
-    a, b = fresh_tasks(0, 4, full), fresh_tasks(0, 4, full)
+    a, b = fresh_tasks(DOMAINS, 0, 4, full), fresh_tasks(DOMAINS, 0, 4, full)
     assert [t.task_id for t in a] == [t.task_id for t in b] and {t.split for t in a} == {"train"}
-    fewer = fresh_tasks(0, 4, Counter({("extraction", 1): 1, ("code", 1): 2}))
+    fewer = fresh_tasks(DOMAINS, 0, 4, Counter({("extraction", 1): 1, ("code", 1): 2}))
     by_cell = lambda ts, d: [t.task_id for t in ts if t.domain == d]  # noqa: E731
     assert by_cell(fewer, "extraction") == by_cell(a, "extraction")[:1]
     assert by_cell(fewer, "code") == by_cell(a, "code")[:2]
-    assert {t.task_id for t in fresh_tasks(0, 5, full)}.isdisjoint(t.task_id for t in a)
+    assert {t.task_id for t in fresh_tasks(DOMAINS, 0, 5, full)}.isdisjoint(t.task_id for t in a)

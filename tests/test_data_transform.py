@@ -34,7 +34,7 @@ def lookup_solution(task, first: int) -> str:
 
 
 def verify_all(box, tasks, completions) -> list[Score]:
-    jobs = [env.verification_job(t, c) for t, c in zip(tasks, completions)]
+    jobs = [env.job(t, c) for t, c in zip(tasks, completions)]
     runnable = [j for j in jobs if not isinstance(j, Score)]
     results = iter(box.map(runnable))
     return [j if isinstance(j, Score) else env.score(t, j, next(results)) for t, j in zip(tasks, jobs)]
@@ -149,7 +149,7 @@ def test_bad_or_hostile_answers_score_zero(box, body, verdict):
 
 def test_a_broken_sandbox_is_an_error_verdict_not_a_crash():
     task = env.make_tasks("train", 1, 0, 1)[0]
-    job = env.verification_job(task, reference(task))
+    job = env.job(task, reference(task))
     score = env.score(task, job, ExecResult(None, "", "", 0.1, error="bwrap failed: no user namespace"))
     assert (score.reward, score.verdict) == (0.0, "error") and "bwrap failed" in score.error
 

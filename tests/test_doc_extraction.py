@@ -11,7 +11,7 @@ env = get_environment("extraction")
 
 
 def verify(task, completion) -> Score:
-    score = env.verification_job(task, completion)
+    score = env.check(task, completion)
     assert isinstance(score, Score), "the extraction domain needs no sandbox"
     return score
 

@@ -49,28 +49,51 @@ def test_unknown_domain_is_named():
 
 
 @pytest.mark.parametrize("domain", sorted(DOMAINS))
-def test_reference_demonstrations_pass_their_own_verifier(domain):
-    """A domain's reference reply (the SFT cold start's data) earns the full reward from
-    the domain's own verifier, run in the real sandbox; a domain without references says
-    so with None for every task."""
-    from environments.base import Score
+def test_references_pass_their_own_verifier(domain):
+    """A domain's reference (the SFT cold start's data) earns the full reward from the
+    domain's own verifier, run in the real sandbox: a single-turn reply through the score
+    stage's `verify`, a multi-turn one played as an episode in a workspace. A domain
+    without references says so with None for every task."""
     from environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
+    from policy.multiturn import play_reference
+    from tasks.score import verify
+    from tests.multiturn_fixtures import CharChatTokenizer
 
     env = get_environment(domain)
     tasks = [t for lvl in env.levels for t in env.make_tasks("train", lvl, 3, 4)]
-    demos = [env.demonstration(t) for t in tasks]
-    if domain in ("code", "repair", "terminal"):  # they keep no reference replies (yet)
-        assert demos == [None] * len(tasks)
+    refs = [env.reference(t) for t in tasks]
+    if domain == "code":  # its families keep a reference function, not its source
+        assert refs == [None] * len(tasks)
         return
-    assert None not in demos
+    assert None not in refs
     box = make_sandbox(SandboxConfig(concurrency=2))
     try:
-        for task, demo in zip(tasks, demos):
-            job = env.verification_job(task, demo)
-            score = job if isinstance(job, Score) else env.score(task, job, box.run(job))
-            assert (score.verdict, score.reward) == ("pass", 1.0), (task.level, demo[:200], score)
-            if domain == "math":  # the same reply with a wrong number fails
-                assert env.verification_job(task, demo.replace("Answer: ", "Answer: 1")).verdict == "fail"
+        if env.kind == "episode":
+            for task, ref in zip(tasks, refs):
+                ep = play_reference(CharChatTokenizer(), box, task, env, ref)
+                assert ep.score.verdict == "pass" and ep.finish_reason == "submit", (task.level, ep.score)
+                assert len(ep.steps) == len(ref) and ep.num_turns == len(ref)
+            return
+        assert all(len(r) == 1 and r[0]["role"] == "assistant" for r in refs)
+        scores = [v.score for v in verify(box, [(env, t, r[0]["content"]) for t, r in zip(tasks, refs)])]
+        assert all((s.verdict, s.reward) == ("pass", 1.0) for s in scores), scores
+        if domain == "math":  # the same reply with a wrong number fails
+            wrong = [(env, t, r[0]["content"].replace("Answer: ", "Answer: 1")) for t, r in zip(tasks, refs)]
+            assert {v.score.verdict for v in verify(box, wrong)} == {"fail"}
     finally:
         box.close()
+
+
+def test_every_domain_declares_one_of_three_kinds():
+    from environments.agentic import MultiTurnEnvironment
+    from environments.base import CheckEnvironment, SandboxEnvironment
+
+    for name in DOMAINS:
+        env = get_environment(name)
+        base = {"check": CheckEnvironment, "sandbox": SandboxEnvironment, "episode": MultiTurnEnvironment}[env.kind]
+        assert isinstance(env, base), name
+        # a kind's interface and no other: no single-turn method a multi-turn domain cannot honour
+        assert hasattr(env, "check") == (env.kind == "check"), name
+        assert hasattr(env, "job") == (env.kind == "sandbox"), name
+        assert hasattr(env, "final_score") == (env.kind == "episode"), name

@@ -36,7 +36,7 @@ def test_local_backend_imports_no_ray():
         "from flywheel.config import FlywheelConfig\n"
         "class Rt: config = FlywheelConfig()\n"
         "f = make_fanout(Rt())\n"
-        "assert f.map(lambda rt, items, k: [(i, k) for i in items], [1, 2], k=3) == [(1, 3), (2, 3)]\n"
+        "assert f.map(lambda rt, ctx, items: [(i, ctx) for i in items], [1, 2], 3) == [(1, 3), (2, 3)]\n"
         "print(type(f).__name__, sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'prefect_ray')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -107,7 +107,8 @@ def test_sft_demonstrations_from_the_lake_are_passing_and_unique(tmp_path):
     trajs[1].completion_token_ids = [4, 5]  # two different passing answers to task 0
     lake.commit_cycle("r", 0, tasks, trajs)
     demos = demonstrations_from_lake(lake, "r", min_reward=1.0)
-    assert sorted(c for _, c in demos) == [[3], [4, 5]]
+    assert sorted(c for _, c, _ in demos) == [[3], [4, 5]]
+    assert all(mask == [0.0] * len(c) for _, c, mask in demos)
 
 
 def test_cli_query_and_report(tmp_path):

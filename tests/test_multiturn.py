@@ -20,7 +20,7 @@ TOK = CharChatTokenizer()
 
 def golden_script(env, task) -> list[str]:
     """The reference solution, one call per turn, except the edits which share a turn."""
-    calls = env.reference_solution(task)
+    calls = env.reference_calls(task)
     edits = [c for c in calls if c["name"] == "write_file"]
     rest = [c for c in calls if c["name"] != "write_file"]
     turns = [call_text(c) for c in rest[:-1]]
@@ -50,12 +50,9 @@ def test_golden_episodes_batched_one_generate_per_turn(box):  # noqa: F811
     assert [n for n, _ in engine.calls] == live and all(mt == 4000 for _, mt in engine.calls)
     for group in groups:
         for ep in group:
-            fields = ep.trajectory_fields()
-            assert (fields["reward"], fields["verdict"], ep.finish_reason) == (1.0, "pass", "submit"), (
-                ep.steps
-            )
-            assert fields["num_turns"] == len(scripts[ep.task.prompt[1]["content"]])
-            assert fields["num_tool_calls"] == len(ep.env.reference_solution(ep.task))
+            assert (ep.score.reward, ep.score.verdict, ep.finish_reason) == (1.0, "pass", "submit"), ep.steps
+            assert ep.num_turns == len(scripts[ep.task.prompt[1]["content"]])
+            assert len(ep.steps) == len(ep.env.reference_calls(ep.task))
             assert all(s["exit_code"] == 0 for s in ep.steps)
             assert [json.loads(s["action"])["name"] for s in ep.steps] == [
                 c["name"] for c in golden_order(ep.env, ep.task)
@@ -63,7 +60,7 @@ def test_golden_episodes_batched_one_generate_per_turn(box):  # noqa: F811
 
 
 def golden_order(env, task):
-    calls = env.reference_solution(task)
+    calls = env.reference_calls(task)
     edits = [c for c in calls if c["name"] == "write_file"]
     rest = [c for c in calls if c["name"] != "write_file"]
     at = 1 if len(rest) > 2 else 0
@@ -132,7 +129,7 @@ def test_waves_never_hold_more_workspaces_than_the_pool(box):  # noqa: F811
 def test_invalid_and_missing_calls_are_observations_and_lower_process_reward(box):  # noqa: F811
     task = TERMINAL.make_tasks("train", 1, 2, 1)[0]
     script = ["I think I am done.", "<tool_call>{not json}</tool_call>"] + [
-        call_text(c) for c in TERMINAL.reference_solution(task)
+        call_text(c) for c in TERMINAL.reference_calls(task)
     ]
     engine = ScriptedEngine({task.prompt[1]["content"]: script}, TOK)
     ((ep,),) = run_episodes(engine, TOK, box, [(task, TERMINAL, 1)], max_turns=10, max_tokens=100_000,
@@ -146,7 +143,7 @@ def test_invalid_and_missing_calls_are_observations_and_lower_process_reward(box
 def test_templates_without_a_tool_role_get_user_messages(box):  # noqa: F811
     tok = CharChatTokenizer(tool_role=False)
     task = TERMINAL.make_tasks("train", 1, 3, 1)[0]
-    script = [call_text(c) for c in TERMINAL.reference_solution(task)]
+    script = [call_text(c) for c in TERMINAL.reference_calls(task)]
     ((ep,),) = run_episodes(ScriptedEngine({task.prompt[1]["content"]: script}, tok), tok, box,
                             [(task, TERMINAL, 1)], sampling=SamplingSpec(max_tokens=4000))  # fmt: skip
     assert ep.score.reward == 1.0
@@ -182,19 +179,21 @@ def test_trainer_masks_observation_tokens_out_of_the_loss():
 
 
 def test_episode_fields_fit_the_trajectory_schema(box):  # noqa: F811
-    from storage.schema import TRAJECTORY_SCHEMA, Trajectory, to_table
+    from flywheel.config import FlywheelConfig
+    from storage.schema import TRAJECTORY_SCHEMA, to_table
+    from tasks.context import StageContext
+    from tasks.records import trajectory_record
 
     jobs, scripts = jobs_and_scripts(k=1)
     script = {m: ["no call here", *s] for m, s in scripts.items()}
     ((ep,), _) = run_episodes(
         ScriptedEngine(script, TOK), TOK, box, jobs, sampling=SamplingSpec(max_tokens=4000)
     )
-    row = Trajectory(
-        trajectory_id="t", run_id="r", cycle=0, policy_version=0, task_id=ep.task.task_id, domain="repair", level=3,
-        split="train", origin="fresh", replay_count=0, group_id="g", sample_index=0, sandbox_backend="bwrap",
-        verifier_version="1", timings_json="{}", **ep.trajectory_fields(),
-    )  # fmt: skip
-    back = to_table([row], TRAJECTORY_SCHEMA).to_pylist()[0]
+    cfg = FlywheelConfig(run_id="r")
+    ctx = StageContext(config=cfg, run_id="r", cycle=0, label="train", policy_version=0, policy_lag=0,
+                       sampling=cfg.sampling)  # fmt: skip
+    rollout = ep.rollout(1.0)
+    back = to_table([trajectory_record(ctx, rollout, rollout.episode_score)], TRAJECTORY_SCHEMA).to_pylist()[0]
     assert back["steps"][0]["exit_code"] is None and back["num_tool_calls"] == len(ep.steps)
     assert (
         sum(math.isnan(x) for x in back["completion_logprobs"])

@@ -161,20 +161,21 @@ def rollouts_both(rt):
     from tasks.generate import generate, rollouts
 
     tasks = task_list()
-    on_ray, flow_id = in_flow("generate", lambda: generate(rt, tasks, 0))
-    local = LocalFanout(rt).map(rollouts, tasks, cycle=0, sampling=rt.config.sampling, label="train")
+    ctx = rt.stage_context(0)
+    on_ray, flow_id = in_flow("generate", lambda: generate(rt, ctx, tasks))
+    local = LocalFanout(rt).map(rollouts, tasks, ctx)
     return tasks, on_ray, local, flow_id, [p for p in rt.fanout.placements if p["stage"] == "rollouts"]
 
 
 def test_rollout_shards_give_the_local_ids_on_both_workers(rollouts_both, cluster):
     tasks, on_ray, local, _, placements = rollouts_both
-    same = ("trajectory_id", "group_id", "task_id", "sample_index", "prompt_token_ids", "policy_version", "run_id")
-    assert [[getattr(t, f) for f in same] for t in on_ray] == [[getattr(t, f) for f in same] for t in local]
-    assert len(on_ray) == len(tasks) * 2 and {t.policy_version for t in on_ray} == {1}
-    assert [t.task_id for t in on_ray] == [t.task_id for t in tasks for _ in range(2)]
-    multi = [t for t in on_ray if t.domain == "repair"]
-    assert multi and all(t.verdict != "pending" and 1 <= t.num_turns <= 2 for t in multi)
-    assert {t.verdict for t in on_ray if t.domain != "repair"} == {"pending"}
+    same = lambda r: (r.task.task_id, r.sample_index, r.prompt_token_ids)  # noqa: E731
+    assert [same(r) for r in on_ray] == [same(r) for r in local]
+    assert len(on_ray) == len(tasks) * 2
+    assert [r.task.task_id for r in on_ray] == [t.task_id for t in tasks for _ in range(2)]
+    multi = [r for r in on_ray if r.task.domain == "repair"]
+    assert multi and all(r.episode_score is not None and 1 <= r.num_turns <= 2 for r in multi)
+    assert all(r.episode_score is None for r in on_ray if r.task.domain != "repair")
     assert [p["items"] for p in placements] == [len(s) for s in split(tasks, 2)]
     assert {p["node_id"] for p in placements} == cluster.worker_ids  # one shard on each worker node
     assert len({p["pid"] for p in placements}) == 2 and os.getpid() not in {p["pid"] for p in placements}
@@ -187,7 +188,7 @@ def test_rollout_shards_sample_with_the_policy_from_the_lake(rollouts_both, poli
     from policy.engines.hf_engine import HFEngine
 
     _, on_ray, _, _, _ = rollouts_both
-    single = [t for t in on_ray if t.domain != "repair" and t.completion_token_ids][:4]
+    single = [r for r in on_ray if r.task.domain != "repair" and r.completion_token_ids][:4]
     seqs = [t.prompt_token_ids + t.completion_token_ids for t in single]
     lens = [len(t.prompt_token_ids) for t in single]
     recorded = [lp for t in single for lp in t.completion_logprobs]
@@ -197,17 +198,16 @@ def test_rollout_shards_sample_with_the_policy_from_the_lake(rollouts_both, poli
     assert max(abs(a - b) for a, b in zip(recorded, base)) > 1e-3
 
 
-def with_answers(trajectories, tasks):
+def with_answers(trajectories):
     """The first math and code trajectory of each task rewritten to the right answer, so
     that scoring has passes as well as failures to agree on."""
-    by_id = {t.task_id: t for t in tasks}
     out = []
     for tr in trajectories:
-        v = json.loads(by_id[tr.task_id].verifier_json)
+        v = json.loads(tr.task.verifier_json)
         text = None
-        if tr.sample_index == 0 and tr.domain == "math":
+        if tr.sample_index == 0 and tr.task.domain == "math":
             text = f"Answer: {v['answer']}"
-        elif tr.sample_index == 0 and tr.domain == "code":
+        elif tr.sample_index == 0 and tr.task.domain == "code":
             table = {json.dumps(args): result for args, result in v["tests"]}
             text = (f"```python\nimport json\nTABLE = {json.dumps(table)!r}\n"
                     f"def {v['entry']}(*args):\n    return json.loads(TABLE).get(json.dumps(list(args)))\n```")  # fmt: skip
@@ -232,21 +232,23 @@ def comparable(tr) -> dict:
 
 
 def test_score_shards_give_the_local_scores_on_both_workers(rt, rollouts_both, cluster):
-    from tasks.score import score, score_trajectories
+    from tasks.score import score, score_rollouts
 
-    tasks, on_ray, _, _, _ = rollouts_both
-    pending = with_answers(on_ray, tasks)
+    _, on_ray, _, _, _ = rollouts_both
+    pending = with_answers(on_ray)
+    ctx = rt.stage_context(0)
     start = len(rt.fanout.placements)
-    scored, _ = in_flow("score", lambda: score(rt, tasks, pending))
-    local = LocalFanout(rt).map(score_trajectories, pending, tasks=tasks)
+    scored, _ = in_flow("score", lambda: score(rt, ctx, pending))
+    local = LocalFanout(rt).map(score_rollouts, pending, ctx)
     assert len(scored) == len(local)
     diffs = [(i, k, a[k], b[k]) for i, (a, b) in enumerate(zip(map(comparable, scored), map(comparable, local)))
              for k in a if a[k] != b[k]]  # fmt: skip
     assert not diffs, diffs[:3]
     verdicts = {t.verdict for t in scored}
-    assert "pass" in verdicts and verdicts & {"fail", "no_code"} and "pending" not in verdicts
+    assert "pass" in verdicts and verdicts & {"fail", "no_code"}
+    assert {t.policy_version for t in scored} == {1} and len({t.trajectory_id for t in scored}) == len(scored)
     placements = rt.fanout.placements[start:]
-    assert [p["stage"] for p in placements] == ["score_trajectories", "score_trajectories"]
+    assert [p["stage"] for p in placements] == ["score_rollouts", "score_rollouts"]
     assert {p["node_id"] for p in placements} == cluster.worker_ids
 
 
@@ -309,7 +311,7 @@ def test_a_cycle_from_the_cli_on_a_local_ray(tiny_model, seaweedfs, tmp_path):
     assert proc.returncode == 0, out[-4000:]
     assert not gone_within(30, lambda: ray_processes_of(proc.pid))  # the run's own Ray stopped with the run
     assert out.count("Starting temporary server") == 1, out[-4000:]
-    assert "Started a local Ray instance" in out and "rollouts-shard 2/2" in out and "score_trajectories-shard 2/2" in out
+    assert "Started a local Ray instance" in out and "rollouts-shard 2/2" in out and "score_rollouts-shard 2/2" in out
     assert re.search(r"fan-out on a Ray of 1 nodes at\s+127\.0\.0\.1\s", out)  # loopback, not the machine's address
     lake = Lake("s3://flywheel-test/fanout-cli", seaweedfs)
     assert lake.committed_cycles("cli") == [0]

@@ -73,7 +73,7 @@ def test_at_least_fifteen_known_hacks():
 @pytest.mark.parametrize("name", sorted(HACKS))
 def test_every_known_hack_scores_zero(box, name):
     completion = "```python\n" + HACKS[name].format(entry=ENTRY) + "\n```"
-    job = env.verification_job(TASK, completion)
+    job = env.job(TASK, completion)
     score = env.score(TASK, job, box.run(job))
     assert score.reward == 0.0, (name, score)
     assert score.verdict in ("suspected_hack", "fail", "timeout"), (name, score)
@@ -82,7 +82,7 @@ def test_every_known_hack_scores_zero(box, name):
 def test_hacks_that_name_themselves_are_flagged_not_just_failed(box):
     flagged = []
     for name, body in HACKS.items():
-        job = env.verification_job(TASK, "```python\n" + body.format(entry=ENTRY) + "\n```")
+        job = env.job(TASK, "```python\n" + body.format(entry=ENTRY) + "\n```")
         flagged.append(env.score(TASK, job, box.run(job)).verdict == "suspected_hack")
     assert sum(flagged) >= len(HACKS) - 2, [n for n, f in zip(HACKS, flagged) if not f]
 
@@ -92,7 +92,7 @@ def test_a_hack_that_also_solves_is_paid_nothing(box):
     table = {json.dumps(args): out for args, out in tests}
     body = (f"import sys, json\nTABLE = json.loads({json.dumps(json.dumps(table))})\n"
             f"def {ENTRY}(*a):\n    if not TABLE: sys.exit(0)\n    return TABLE[json.dumps(list(a))]")  # fmt: skip
-    job = env.verification_job(TASK, "```python\n" + body + "\n```")
+    job = env.job(TASK, "```python\n" + body + "\n```")
     score = env.score(TASK, job, box.run(job))
     assert (score.reward, score.verdict, score.outcome) == (0.0, "suspected_hack", 1.0), score
 
@@ -115,3 +115,39 @@ def test_shell_command_audit():
     assert audit_commands(["cat /verifier/tests.py"]) == ["reads verifier paths"]
     assert "edits or removes test files" in audit_commands(["echo 'def test(): pass' > tests/test_calc.py"])
     assert audit_commands(["python -m pytest -q", "sed -i 's/-/+/' calc.py"]) == []
+
+
+@pytest.fixture(scope="module")
+def tests_task(tmp_path_factory):
+    """The same task as a task-file row of the `python_tests` kind: its hidden tests as
+    assert lines, which the file domain splits into host-compared cases."""
+    from environments.task_file import FileTasks
+
+    tests = json.loads(TASK.verifier_json)["tests"]
+    row = {"prompt": TASK.prompt[-1]["content"], "verifier": "python_tests", "entry_point": ENTRY,
+           "tests": [f"assert {ENTRY}({', '.join(map(repr, args))}) == {want!r}" for args, want in tests]}  # fmt: skip
+    path = tmp_path_factory.mktemp("hacks") / "tests.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    file_env = FileTasks(str(path))
+    (task,) = [t for s in ("train", "eval") for t in file_env.all_tasks(s)]
+    assert len(json.loads(task.verifier_json)["tests"]["cases"]) == len(tests)
+    return file_env, task
+
+
+@pytest.mark.parametrize("name", sorted(HACKS))
+def test_every_known_hack_scores_zero_through_python_tests(box, tests_task, name):
+    file_env, task = tests_task
+    completion = "```python\n" + HACKS[name].format(entry=ENTRY) + "\n```"
+    job = file_env.job(task, completion)
+    score = file_env.score(task, job, box.run(job))
+    assert score.reward == 0.0, (name, score)
+    assert score.verdict in ("suspected_hack", "fail", "timeout"), (name, score)
+
+
+def test_python_tests_pays_a_plain_solution(box, tests_task):
+    file_env, task = tests_task
+    tests = json.loads(TASK.verifier_json)["tests"]
+    table = repr({json.dumps(args): out for args, out in tests})
+    body = f"def {ENTRY}(*a):\n    import json\n    return {table}[json.dumps(list(a))]"  # a lookup, but a clean one
+    job = file_env.job(task, "```python\n" + body + "\n```")
+    assert file_env.score(task, job, box.run(job)).verdict == "pass"

@@ -54,7 +54,7 @@ def verification_jobs(n: int) -> list[Job]:
 
         entry = json.loads(task.verifier_json)["entry"]
         body = "return None" if i % 3 else "raise ValueError('wrong')"
-        jobs.append(env.verification_job(task, f"```python\ndef {entry}(*a):\n    {body}\n```"))
+        jobs.append(env.job(task, f"```python\ndef {entry}(*a):\n    {body}\n```"))
     return jobs
 
 

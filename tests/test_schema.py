@@ -11,7 +11,7 @@ from storage.query import connect, select_replay
 from storage.schema import SCHEMA_VERSION, TASK_SCHEMA, TRAJECTORY_SCHEMA
 from storage.synthetic import cycle_tables
 
-V1_DROPPED = {"tasks": ["origin_cycle", "cycle"], "trajectories": ["origin_cycle", "policy_lag"]}
+V1_DROPPED = {"tasks": ["origin_cycle", "cycle"], "trajectories": ["origin_cycle", "policy_lag", "reward_components"]}
 
 
 def as_v1(table: pa.Table, kind: str) -> pa.Table:
@@ -32,7 +32,7 @@ def write_v1_cycle(lake: Lake, run: str, cycle: int, tasks: pa.Table, trajs: pa.
 
 
 def test_v1_files_read_next_to_current_ones(tmp_path):
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     lake = Lake(str(tmp_path / "lake"))
     old_tasks, old_trajs = cycle_tables("r", 0, 20, k=2, task_pool=40)
     write_v1_cycle(lake, "r", 0, old_tasks, old_trajs)

@@ -28,7 +28,7 @@ def test_sft_from_jsonl(tiny_model, tmp_path, prefect_server):
 
     def demo_logprob(model_dir):
         model = AutoModelForCausalLM.from_pretrained(model_dir)
-        return sum(sum(lp) for lp in sequence_logprobs(model, [p + c for p, c in examples], [len(p) for p, _ in examples]))
+        return sum(sum(lp) for lp in sequence_logprobs(model, [p + c for p, c, _ in examples], [len(p) for p, _, _ in examples]))
 
     cfg = FlywheelConfig(run_id="sft", runs_dir=str(tmp_path / "runs"), model={"path": tiny_model})
     result = sft(cfg, data_path=str(data), epochs=4, batch_size=2, learning_rate=3e-3)
@@ -45,18 +45,33 @@ def test_sft_from_jsonl(tiny_model, tmp_path, prefect_server):
 
 def test_reference_demonstrations_cover_the_sampled_domains(tiny_model):
     """`references=N`: N train tasks per domain and level with a reference reply, none from
-    a domain that keeps none (code), encoded as prompt plus answer."""
+    a domain that keeps none (code), encoded as prompt plus answer; a multi-turn
+    reference (repair) played in a real workspace, its tool output masked (NaN)."""
+    import math
+
     from transformers import AutoTokenizer
 
+    from environments.sandbox import make_sandbox
     from flows.sft import demonstrations_from_references
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
-    cfg = FlywheelConfig(sampler={"domains": ["code", "math", "data"], "levels": [1, 2]})
-    demos = demonstrations_from_references(cfg, tok, per_level=3)
-    assert len(demos) == 2 * 2 * 3  # math and data, two levels, three each; code has none
-    texts = [tok.decode(c) for _, c in demos]
+    cfg = FlywheelConfig(sampler={"domains": ["code", "math", "data", "repair"], "levels": [1, 2]},
+                         engine={"max_model_len": 4096})  # room for whole repair episodes
+    box = make_sandbox(cfg.sandbox)
+    try:
+        demos = demonstrations_from_references(cfg, tok, box, per_level=3)
+    finally:
+        box.close()
+    assert len(demos) == 3 * 2 * 3  # math, data and repair, two levels, three each; code has none
+    texts = [tok.decode(c) for _, c, _ in demos]
     assert sum("Answer: " in t for t in texts) == 6 and sum("def transform" in t for t in texts) == 6
-    assert all("Answer:" not in tok.decode(p) or "Answer: <number>" in tok.decode(p) for p, _ in demos)
+    assert all("Answer:" not in tok.decode(p) or "Answer: <number>" in tok.decode(p) for p, _, _ in demos)
+    episodes = [(c, m) for _, c, m in demos if "<tool_call>" in tok.decode(c)]
+    assert len(episodes) == 6 and all(len(c) == len(m) for c, m in episodes)
+    for c, mask in episodes:  # the model's calls are learnt, the tools' replies are not
+        learnt = tok.decode([t for t, lp in zip(c, mask) if not math.isnan(lp)])
+        skipped = tok.decode([t for t, lp in zip(c, mask) if math.isnan(lp)])
+        assert "write_file" in learnt and "submit" in learnt and "def " in skipped
 
 
 def test_cold_start_runs_once_before_the_first_cycle(tiny_model, tmp_path, prefect_server):

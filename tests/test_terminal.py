@@ -27,7 +27,7 @@ def tasks_covering_all_families(level):
 
 
 def family_of(task):
-    key, _ = ENV.generate(task.level, random.Random(task.seed))
+    key = ENV.generate(task.level, random.Random(task.seed)).key
     return key.split(":")[0]
 
 
@@ -36,7 +36,7 @@ def test_reference_solution_scores_one_for_every_family(box, level):  # noqa: F8
     tasks = tasks_covering_all_families(level)
     assert len(tasks) == 3
     for task in tasks:
-        score, steps = play(ENV, task, box, ENV.reference_solution(task))
+        score, steps = play(ENV, task, box, ENV.reference_calls(task))
         assert (score.reward, score.verdict, score.outcome) == (1.0, "pass", 1.0), (
             task.prompt[1],
             steps,
@@ -71,7 +71,7 @@ def test_reading_verifier_paths_is_flagged(box):  # noqa: F811
     task = ENV.make_tasks("train", 1, 0, 1)[0]
     calls = [
         {"name": "run_shell", "arguments": {"command": "cat /verifier/checks.json"}}
-    ] + ENV.reference_solution(task)
+    ] + ENV.reference_calls(task)
     score, _ = play(ENV, task, box, calls)
     assert score.reward == 0.0 and score.verdict == "suspected_hack" and score.penalty < 0
 

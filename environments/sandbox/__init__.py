@@ -22,14 +22,30 @@ def limits_from(cfg) -> Limits:
     )  # fmt: skip
 
 
-def make_sandbox(cfg) -> Sandbox:
-    """Build the configured backend from a `SandboxConfig`."""
+def libraries_dir(cfg) -> str | None:
+    """`sandbox.libraries`, else <venv>/sandbox-lib when scripts/setup.sh made it."""
+    import os
+    import sys
+
+    if cfg.libraries:
+        if not os.path.isdir(cfg.libraries):
+            raise ValueError(f"sandbox.libraries {cfg.libraries!r} is not a directory")
+        return os.path.abspath(cfg.libraries)
+    default = os.path.join(sys.prefix, "sandbox-lib")
+    return default if os.path.isdir(default) else None
+
+
+def make_sandbox(cfg, warmup: tuple[str, ...] = ()) -> Sandbox:
+    """Build the configured backend from a `SandboxConfig`; `warmup`: the domains' code
+    run once per worker before it forks (Environment.sandbox_warmup), with an import of
+    each module in `sandbox.preload`."""
     import importlib
 
     if cfg.backend not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {cfg.backend!r}; known: {sorted(BACKENDS)}")
     module, cls = BACKENDS[cfg.backend].split(":")
-    extra = {"recycle_after": cfg.recycle_after}
+    extra = {"recycle_after": cfg.recycle_after, "libraries": libraries_dir(cfg),
+             "warmup": tuple(dict.fromkeys([*warmup, *(f"import {m}" for m in cfg.preload)]))}  # fmt: skip
     if cfg.backend == "docker":
         extra["image"] = cfg.docker_image
         extra["hosts"] = cfg.docker_hosts
@@ -37,4 +53,5 @@ def make_sandbox(cfg) -> Sandbox:
     return getattr(importlib.import_module(module), cls)(limits_from(cfg), cfg.concurrency, cfg.python, **extra)
 
 
-__all__ = ["ExecResult", "Job", "Limits", "Sandbox", "Workspace", "make_sandbox", "limits_from", "BACKENDS"]
+__all__ = ["ExecResult", "Job", "Limits", "Sandbox", "Workspace", "make_sandbox", "limits_from", "libraries_dir",
+           "BACKENDS"]

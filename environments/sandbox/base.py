@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+LIBRARIES = "/opt/flywheel-lib"  # where `sandbox.libraries` appears inside a sandbox
+
+
 @dataclass(frozen=True)
 class Limits:
     wall_s: float = 10.0
@@ -123,10 +126,14 @@ class Sandbox(ABC):
     name: str = "abstract"
     safe: bool = True
 
-    def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3"):
+    def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
+                 libraries: str | None = None, warmup: tuple[str, ...] = ()):
         self.limits = limits
         self.concurrency = concurrency
         self.python = python
+        # a host dir of packages the sandbox's python may import (read-only, at LIBRARIES
+        # inside), and code each worker runs once before it forks (imports, caches)
+        self.libraries, self.warmup = (os.path.abspath(libraries) if libraries else None), tuple(warmup)
 
     def _execute(self, job: Job, workdir: Path, limits: Limits) -> ExecResult:
         """For backends that run each job in a host temp dir (see `run`)."""

@@ -28,6 +28,7 @@ keep background processes alive between the steps of a workspace (all are killed
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shutil
@@ -39,13 +40,12 @@ import time
 import uuid
 from pathlib import Path
 
-from environments.sandbox.base import Job, Limits
-from environments.sandbox.pool import PoolSandbox
+from environments.sandbox.base import LIBRARIES, Job, Limits
+from environments.sandbox.pool import PoolSandbox, worker_mb
 from environments.sandbox.protocol import Transport, WorkerDied, worker_command
 
 NOBODY = 65534
 TMPFS_MB = 64  # each of /work and /tmp
-WORKER_MB = 64  # the worker's own memory, in the cgroup budget
 
 
 def _interpreter_binds(python: str) -> list[str]:
@@ -136,8 +136,9 @@ class BwrapSandbox(PoolSandbox):
     name = "bwrap"
 
     def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
-                 recycle_after: int = 0, cgroups: bool = True):
-        super().__init__(limits, concurrency, python, recycle_after)
+                 recycle_after: int = 0, cgroups: bool = True, libraries: str | None = None,
+                 warmup: tuple[str, ...] = ()):
+        super().__init__(limits, concurrency, python, recycle_after, libraries, warmup)
         self.bwrap = shutil.which("bwrap")
         if self.bwrap is None:
             raise RuntimeError("bubblewrap is not installed: apt-get install bubblewrap")
@@ -159,6 +160,7 @@ class BwrapSandbox(PoolSandbox):
             "--symlink", "usr/lib64", "/lib64",
             "--symlink", "usr/bin", "/bin",
             *_interpreter_binds(self.python),
+            *(["--ro-bind", self.libraries, LIBRARIES] if self.libraries else []),
             "--proc", "/proc", "--dev", "/dev",
             "--size", str(TMPFS_MB << 20), "--tmpfs", "/tmp",
             "--size", str(TMPFS_MB << 20), "--tmpfs", "/work", "--chdir", "/work",
@@ -171,6 +173,9 @@ class BwrapSandbox(PoolSandbox):
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             # the worker's symbols bound at start, not again in every forked child (it unsets it)
             "--setenv", "LD_BIND_NOW", "1",
+            # sandbox.libraries and what to import from them (worker_startup.load_libraries unsets both)
+            *(["--setenv", "FLYWHEEL_LIB", LIBRARIES] if self.libraries else []),
+            *(["--setenv", "FLYWHEEL_WARMUP", json.dumps(self.warmup)] if self.warmup else []),
             "--",
             *worker_command(self.python),
         ]  # fmt: skip
@@ -185,7 +190,7 @@ class BwrapSandbox(PoolSandbox):
             mem = mem_root / name
             mem.mkdir()
             made.append(mem)
-            budget = (self.limits.memory_mb + 2 * TMPFS_MB + WORKER_MB) << 20
+            budget = (self.limits.memory_mb + 2 * TMPFS_MB + worker_mb(self.warmup)) << 20
             (mem / "memory.limit_in_bytes").write_text(str(budget))
             swap = mem / "memory.memsw.limit_in_bytes"
             if swap.exists():

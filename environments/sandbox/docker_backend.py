@@ -41,6 +41,7 @@ user-namespace remapping in dockerd.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -48,14 +49,13 @@ import struct
 import tempfile
 import time
 
-from environments.sandbox.base import ExecResult, Job, Limits, Sandbox
+from environments.sandbox.base import LIBRARIES, ExecResult, Job, Limits, Sandbox
 from environments.sandbox.docker_hosts import Host, HostSet, ping
 from environments.sandbox.docker_image import DEFAULT_IMAGE, NOBODY
-from environments.sandbox.pool import PoolSandbox
+from environments.sandbox.pool import PoolSandbox, worker_mb
 from environments.sandbox.protocol import START_TIMEOUT_S, Transport, WorkerDied, worker_command
 
 TMPFS_MB = 64
-WORKER_MB = 64
 LABEL = "flywheel.sandbox"
 SOCKET_DIR = "/flywheel"  # where a worker's socket is mounted in its container
 
@@ -163,10 +163,11 @@ class DockerSandbox(PoolSandbox):
 
     def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
                  recycle_after: int = 10_000, image: str = DEFAULT_IMAGE, hosts: list[str] | None = None,
-                 health_interval_s: float | None = None, transport: str = "auto"):
+                 health_interval_s: float | None = None, transport: str = "auto", libraries: str | None = None,
+                 warmup: tuple[str, ...] = ()):
         if transport not in ("auto", "socket", "attach"):
             raise ValueError(f"docker transport must be auto, socket or attach, not {transport!r}")
-        super().__init__(limits, concurrency, python, recycle_after)
+        super().__init__(limits, concurrency, python, recycle_after, libraries, warmup)
         self.image, self.transport = image, transport
         self.tag = f"{os.getpid()}-{id(self):x}"
         self.retried = 0  # one-shot jobs run again because their host was lost
@@ -229,7 +230,7 @@ class DockerSandbox(PoolSandbox):
         return (host.url or os.environ.get("DOCKER_HOST") or "unix://").startswith("unix://")
 
     def _spawn_on(self, host: Host) -> DockerTransport:
-        budget = f"{self.limits.memory_mb + 2 * TMPFS_MB + WORKER_MB}m"
+        budget = f"{self.limits.memory_mb + 2 * TMPFS_MB + worker_mb(self.warmup)}m"
         tmpfs = f"size={TMPFS_MB}m,uid={NOBODY},gid={NOBODY},mode=0700,nosuid,nodev"
         api = host.client.api  # the low-level API: the high-level one cannot set StdinOnce
         listener, private = self._listen() if self._uses_socket(host) else (None, None)
@@ -247,7 +248,9 @@ class DockerSandbox(PoolSandbox):
                 self.image, command, user=f"{NOBODY}:{NOBODY}",
                 working_dir="/work", network_disabled=True, host_config=host_config, labels={LABEL: self.tag},
                 environment={"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8",
-                             "PYTHONDONTWRITEBYTECODE": "1", "LD_BIND_NOW": "1"},  # see bwrap.py
+                             "PYTHONDONTWRITEBYTECODE": "1", "LD_BIND_NOW": "1",  # see bwrap.py
+                             # the image holds sandbox.libraries at LIBRARIES when it was built with them
+                             "FLYWHEEL_LIB": LIBRARIES, "FLYWHEEL_WARMUP": json.dumps(self.warmup)},
                 stdin_open=listener is None,  # with detach=False the SDK also sets StdinOnce
             )["Id"]  # fmt: skip
             container = host.client.containers.get(cid)

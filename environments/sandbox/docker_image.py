@@ -1,7 +1,9 @@
 """The docker sandbox's image, built locally without a registry (`flywheel sandbox
 build-image`): a rootfs of the host's system python (interpreter, stdlib without its
-tests, the shared libraries they load), /bin/sh and a few core tools, imported as an
-image. It has no package manager and no site-packages, on purpose. The rootfs is built
+tests, the shared libraries they load), /bin/sh and a few core tools, and
+`sandbox.libraries` (the scorers' packages, such as math-verify) at
+environments.sandbox.base.LIBRARIES, imported as an image. It has no package manager and
+no site-packages, on purpose. The rootfs is built
 once and imported into every configured host; each import is probed by running python
 in it as the sandbox's user.
 """
@@ -15,6 +17,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from environments.sandbox.base import LIBRARIES
 from environments.sandbox.docker_hosts import connect
 
 DEFAULT_IMAGE = "flywheel-sandbox:latest"
@@ -66,19 +69,20 @@ def _add(tar: tarfile.TarFile, path: str, seen: set[str]) -> None:
             tar.addfile(info, f)
 
 
-def build_rootfs(tar_path: str, python: str = "/usr/bin/python3") -> None:
+def build_rootfs(tar_path: str, python: str = "/usr/bin/python3", libraries: str | None = None) -> None:
     real = os.path.realpath(python)
     stdlib = Path(subprocess.check_output([real, "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"], text=True).strip())
     tools = [p for t in TOOLS if (p := f"/usr/bin/{t}") and os.path.exists(p)]
     dynload = [str(p) for p in (stdlib / "lib-dynload").glob("*.so")]
-    seen = {"/work", "/tmp", "/proc", "/dev", "/etc"}  # made by hand below
+    seen = {"/work", "/tmp", "/proc", "/dev", "/etc", "/opt"}  # made by hand below
     with tarfile.open(tar_path, "w") as tar:
         for top in ("bin", "lib", "lib64", "sbin"):  # Debian's merged /usr, as on the host
             if os.path.islink(f"/{top}"):
                 info = tarfile.TarInfo(top)
                 info.type, info.linkname = tarfile.SYMTYPE, os.readlink(f"/{top}")
                 tar.addfile(info)
-        for d, mode in (("work", 0o755), ("tmp", 0o1777), ("proc", 0o555), ("dev", 0o755), ("etc", 0o755)):
+        for d, mode in (("work", 0o755), ("tmp", 0o1777), ("proc", 0o555), ("dev", 0o755), ("etc", 0o755),
+                        ("opt", 0o755)):
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, mode
             tar.addfile(info)
@@ -94,17 +98,24 @@ def build_rootfs(tar_path: str, python: str = "/usr/bin/python3") -> None:
             dirs[:] = [d for d in dirs if d not in ("test", "idlelib", "tkinter", "turtledemo", "ensurepip")]
             for name in files:
                 _add(tar, os.path.join(root, name), seen)
+        if libraries:  # read-only like the rest of the image; root-owned
+            def owned_by_root(info):
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                return info
+
+            tar.add(libraries, arcname=LIBRARIES.lstrip("/"), filter=owned_by_root)
 
 
 def build_image(image: str = DEFAULT_IMAGE, python: str = "/usr/bin/python3", say=print,
-                hosts: list[str] | None = None) -> dict[str, str]:
+                hosts: list[str] | None = None, libraries: str | None = None) -> dict[str, str]:
     """Build the sandbox image from this machine's system python, locally (no registry),
     and import it into every host in `hosts` (none: DOCKER_HOST): the rootfs is made once,
     each engine gets the same tar. Returns {host: image id}."""
     ids = {}
     with tempfile.TemporaryDirectory(prefix="flywheel-image-") as tmp:
         tar_path = os.path.join(tmp, "rootfs.tar")
-        build_rootfs(tar_path, python)
+        build_rootfs(tar_path, python, libraries)
         repo, _, tag = image.partition(":")
         for url in hosts or [""]:
             client = connect(url)

@@ -51,6 +51,14 @@ def _wire_size(job: Job) -> int:
     return 512 + 4 * chars
 
 
+WORKER_MB = 64  # a worker's own memory, in its memory budget (the code's limit + its tmpfs mounts + this)
+WARMUP_MB = 192  # more for a worker that imported libraries before forking (sympy is ~80 MB)
+
+
+def worker_mb(warmup) -> int:
+    return WORKER_MB + (WARMUP_MB if warmup else 0)
+
+
 class _Lane:
     """A worker in map(): the jobs sent to it, in order (the first is running)."""
 
@@ -115,8 +123,8 @@ class PoolSandbox(Sandbox):
     """A Sandbox backed by warm workers. Subclasses implement `_spawn() -> Transport`."""
 
     def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
-                 recycle_after: int = 0):
-        super().__init__(limits, concurrency, python)
+                 recycle_after: int = 0, libraries: str | None = None, warmup: tuple[str, ...] = ()):
+        super().__init__(limits, concurrency, python, libraries, warmup)
         self.recycle_after = recycle_after  # 0: never
         self._idle: list[Worker] = []
         self._lock = threading.Lock()

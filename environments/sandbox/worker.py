@@ -51,7 +51,7 @@ import time
 
 if __name__ != "__main__":  # on the host (a reader, a linter): in the sandbox the four files are one program
     from environments.sandbox.worker_child import IGNORED, child, install, prepare
-    from environments.sandbox.worker_startup import libc, share_code_mappings, warm_up
+    from environments.sandbox.worker_startup import libc, load_libraries, share_code_mappings, warm_up
     from environments.sandbox.worker_workspace import TMP, WORK, put, restore, safe_path, take_snapshot, wipe
 
 # A child that has written nothing wakes the worker once, at its exit, not also at its first
@@ -241,6 +241,7 @@ def main():
         signal.signal(sig, signal.SIG_IGN)
     stdio = [open(fd, "w" if fd else "r", encoding="utf-8", closefd=False,
                   errors="backslashreplace" if fd == 2 else "strict") for fd in (0, 1, 2)]
+    load_libraries()
     keep = {"path": list(sys.path), "compiled": {}, "rlimits": {}, "main": {}, "argv": {},
             # what the worker replaces stays referenced here, never finalized
             "replaced": (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__,

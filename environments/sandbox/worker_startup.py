@@ -52,6 +52,22 @@ def share_code_mappings():
             raise SystemExit("sandbox worker: cannot make its code read-only again")
 
 
+def load_libraries():
+    """sandbox.libraries on the path, and the domains' warm-up snippets run now, once, so
+    that every child finds their libraries imported and their caches filled (math-verify:
+    0.55 s to import, 50 ms for its first verify, 1.5 ms after). The snippets are the
+    host's own code (Environment.sandbox_warmup), never a model's. The host names both in
+    the environment (bwrap.py, docker_backend.py); they leave it here."""
+    lib = os.environ.pop("FLYWHEEL_LIB", "")
+    if lib and os.path.isdir(lib):
+        sys.path.append(lib)
+    for snippet in json.loads(os.environ.pop("FLYWHEEL_WARMUP", "") or "[]"):
+        try:
+            exec(compile(snippet, "<warm-up>", "exec"), {"__name__": "warmup"})
+        except Exception:  # a missing library shows up in the job that needs it, with its error
+            pass
+
+
 def warm_up():
     """Run, before any fork, what most children run first (the verification harnesses'
     json and compile): the interpreter's lazily filled caches (the type attribute cache,

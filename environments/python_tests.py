@@ -1,0 +1,245 @@
+"""The `python_tests` verifier: assert lines (MBPP's `test_list`) or a HumanEval-style
+`check(candidate)`, run against the model's function in the sandbox, never shown in the
+prompt.
+
+Tests are split on the host by reading their syntax tree (never by running them):
+- every `assert f(<literals>) == <literal>` (or `candidate(...)` inside `check`, or the
+  literal on the left) becomes a *case*: only its arguments enter the sandbox, the
+  harness sends back what the function returned (canonical JSON), and the host compares
+  it with the expected value, which never enters the sandbox, as the code domain does.
+  Equality is Python's on the decoded values, as HumanEval's `==` is (2.0 == 2, True ==
+  1), except that a tuple and a list with the same items compare equal;
+- everything else (asserts on computed values, loops, helpers, tolerances) stays in the
+  *rest*: it runs as written next to the solution, and only its success comes back, on
+  the harness's nonce-tagged line. That part is as strong as the nonce and the audit
+  (environments/audit.py zeroes solutions that reach into frames, gc, builtins or the
+  harness): a solution that found the nonce in memory could forge it.
+Reward = share of cases passed, the rest counting as one more case; `pass` only when
+all pass (HumanEval's pass@1 is that verdict).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import secrets
+
+from environments.audit import audit_python
+from environments.base import Score
+from environments.code_synthesis import extract_code
+from environments.sandbox import ExecResult, Job
+from environments.verifiers import read_tagged
+
+# One definition, used on the host for the expected values and inside the harness for
+# the returned ones. Exact types only: a subclass (an int that redefines __eq__) is not
+# comparable and fails.
+CANON = r"""
+def canon(x):
+    t = type(x)
+    if x is None or t in (bool, int, str):
+        return x
+    if t is float:
+        return x if x == x and x not in (float("inf"), float("-inf")) else {"__float__": repr(x)}
+    if t in (list, tuple):
+        return [canon(v) for v in x]
+    if t in (set, frozenset):
+        return {"__set__": sorted((canon(v) for v in x), key=repr)}
+    if t is dict:
+        return {"__dict__": sorted(([canon(k), canon(v)] for k, v in x.items()), key=repr)}
+    raise TypeError("returned a " + t.__name__ + ", which is not compared")
+"""
+_ns: dict = {}
+exec(compile(CANON, "<canon>", "exec"), _ns)  # our own constant source, never model text  # noqa: S102
+canon = _ns["canon"]
+
+HARNESS = r"""
+import ast, json, os, _signal
+def read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+spec = json.loads(read_all(0))
+out = os.dup(1)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+def reporter(nonce):
+    def report(**result):
+        os.write(out, (nonce + json.dumps(result) + "\n").encode())
+        os._exit(0)
+    return report
+report = reporter(spec.pop("nonce"))
+def on_alarm(*_):
+    raise TimeoutError("test took too long")
+_signal.signal(_signal.SIGALRM, on_alarm)
+""" + CANON + r"""
+ns = {"__name__": "solution"}
+try:
+    _signal.alarm(5)
+    fd = os.open("solution.py", os.O_RDONLY)
+    exec(compile(read_all(fd), "solution.py", "exec"), ns)
+    _signal.alarm(0)
+except BaseException as e:
+    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
+fn = ns.get(spec["entry"])
+if not callable(fn):
+    report(outputs=[], error="no function named " + spec["entry"])
+outputs, first_error, timed_out = [], "", False
+for source in spec["cases"]:
+    try:
+        args = ast.literal_eval(source)
+        _signal.alarm(spec["test_timeout_s"])
+        got = json.dumps(canon(fn(*args)))
+        _signal.alarm(0)
+    except BaseException as e:
+        _signal.alarm(0)
+        got = None
+        first_error = first_error or f"{type(e).__name__}: {e}"[:300]
+        timed_out = timed_out or isinstance(e, TimeoutError)
+    outputs.append(got)
+rest_ok = None
+if spec["rest"] is not None:
+    env = dict(ns)
+    try:
+        _signal.alarm(spec["rest_timeout_s"])
+        exec(compile(spec["rest"], "tests.py", "exec"), env)
+        if spec["calls_check"]:
+            env["check"](fn)
+        _signal.alarm(0)
+        rest_ok = True
+    except BaseException as e:
+        _signal.alarm(0)
+        rest_ok = False
+        first_error = first_error or f"{type(e).__name__}: {e}"[:300]
+        timed_out = timed_out or isinstance(e, TimeoutError)
+report(outputs=outputs, rest_ok=rest_ok, error=first_error, timed_out=timed_out)
+"""
+
+
+class TestsError(ValueError):
+    """Tests that cannot be used: they do not parse, or name no function to test."""
+
+
+def _literal(node: ast.AST):
+    return ast.literal_eval(node)  # raises ValueError for anything but a literal
+
+
+def _case(stmt: ast.stmt, callee: str) -> list | None:
+    """[the arguments as a tuple literal's source, the expected value canonical] of
+    `assert callee(<literals>) == <literal>`, else None. The arguments travel as source
+    (the harness reads them with ast.literal_eval) so tuples, sets and int-keyed dicts
+    reach the function as they are written."""
+    if not isinstance(stmt, ast.Assert) or not isinstance(stmt.test, ast.Compare):
+        return None
+    cmp = stmt.test
+    if len(cmp.ops) != 1 or not isinstance(cmp.ops[0], ast.Eq):
+        return None
+    for call, want in ((cmp.left, cmp.comparators[0]), (cmp.comparators[0], cmp.left)):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == callee and not call.keywords:
+            try:
+                source = "(" + "".join(ast.unparse(a) + ", " for a in call.args) + ")"
+                _literal(ast.parse(source, mode="eval").body)
+                return [source, canon(_literal(want))]
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                return None
+    return None
+
+
+def _callee(tree: ast.Module, known: set[str]) -> str | None:
+    """The function the asserts test: a name in `known` (the reference's defs) that they
+    call, else the non-builtin name they call most."""
+    import builtins
+    from collections import Counter
+
+    called: Counter = Counter()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert):
+            for sub in ast.walk(node.test):
+                if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
+                    called[sub.func.id] += 1
+    for name, _ in called.most_common():
+        if name in known:
+            return name
+    return next((n for n, _ in called.most_common() if not hasattr(builtins, n)), None)
+
+
+def split_tests(tests: str | list[str], entry: str | None = None, reference: str | None = None) -> dict:
+    """{"entry", "cases": [[args, expected]], "rest": source or None, "calls_check"}.
+    `reference`: a solution's source, whose function names help find the entry point.
+    Raises TestsError naming what is wrong."""
+    source = "\n".join(tests) if isinstance(tests, list) else str(tests)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as exc:
+        raise TestsError(f"tests do not parse: {exc}") from exc
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is not None:  # HumanEval: check(candidate) is called with the entry point
+        if not entry:
+            raise TestsError("tests define check(candidate) but the row names no entry_point")
+        param = check.args.args[0].arg if check.args.args else "candidate"
+        cases, keep = [], []
+        for stmt in check.body:
+            case = _case(stmt, param)
+            (cases.append(case) if case else keep.append(stmt))
+        check.body = keep or [ast.Pass()]
+        others = [n for n in tree.body if n is not check]
+        trivial = not keep and all(isinstance(n, (ast.Import, ast.ImportFrom, ast.Assign)) for n in others)
+        rest = None if trivial else ast.unparse(tree)
+        return {"entry": entry, "cases": cases, "rest": rest, "calls_check": rest is not None}
+    known = set()
+    if reference:
+        try:
+            known = {n.name for n in ast.walk(ast.parse(reference)) if isinstance(n, ast.FunctionDef)}
+        except (SyntaxError, ValueError):
+            pass
+    entry = entry or _callee(tree, known)
+    if not entry:
+        raise TestsError("no function call found in the tests")
+    cases, keep = [], []
+    for stmt in tree.body:
+        case = _case(stmt, entry)
+        (cases.append(case) if case else keep.append(stmt))
+    if not cases and not any(isinstance(n, ast.Assert) for n in ast.walk(ast.Module(keep, []))):
+        raise TestsError("the tests hold no assert")
+    rest = ast.unparse(ast.Module(keep, [])) if keep else None
+    return {"entry": entry, "cases": cases, "rest": rest, "calls_check": False}
+
+
+def tests_job(split: dict, completion: str, prefix: str = "", test_timeout_s: int = 2) -> Job | Score:
+    """`prefix`: code the prompt showed (imports, helpers) that the solution builds on."""
+    code = extract_code(completion, split["entry"])
+    total = len(split["cases"]) + (split["rest"] is not None)
+    if code is None:
+        return Score(0.0, "no_code", tests_total=total, error="no code in completion")
+    spec = {"nonce": secrets.token_hex(16), "entry": split["entry"], "cases": [source for source, _ in split["cases"]],
+            "rest": split["rest"], "calls_check": split["calls_check"], "test_timeout_s": test_timeout_s,
+            "rest_timeout_s": max(3, test_timeout_s * 3)}  # fmt: skip
+    files = {"solution.py": (prefix.rstrip() + "\n\n\n" if prefix.strip() else "") + code, "model.py": code}
+    return Job(["python", "-I", "-c", HARNESS], files=files, stdin=json.dumps(spec))
+
+
+def score_tests(split: dict, job: Job, result: ExecResult) -> Score:
+    cases = split["cases"]
+    total = len(cases) + (split["rest"] is not None)
+    if result.error:
+        return Score(0.0, "error", tests_total=total, error=result.error)
+    findings = audit_python(job.files["model.py"])
+    report, problem = read_tagged(job, result)
+    outputs = report.get("outputs", []) if report else []
+    passed = 0
+    for got, (_, want) in zip(outputs, cases):
+        try:
+            passed += got is not None and json.loads(got) == want
+        except (ValueError, TypeError):
+            pass
+    passed += bool(report and report.get("rest_ok"))
+    frac = passed / max(1, total)
+    if findings or problem == "forged":
+        why = "; ".join(findings) or "a forged or malformed result line"
+        return Score(0.0, "suspected_hack", outcome=frac, penalty=-frac, tests_passed=passed, tests_total=total,
+                     error="audit: " + why)  # fmt: skip
+    if result.timed_out:
+        return Score(0.0, "timeout", tests_total=total, error="verification timed out")
+    if report is None:
+        return Score(0.0, "fail", tests_total=total, error=problem)
+    verdict = "pass" if passed == total else "timeout" if report.get("timed_out") else "fail"
+    return Score(frac, verdict, outcome=frac, tests_passed=passed, tests_total=total, error=report.get("error", ""))

@@ -1,0 +1,140 @@
+"""Finding domains: by name, by file, by `module:Class`, or through installed plug-ins.
+
+`sampler.domains` (and the evaluation suites) name domains as:
+  code, math, ...          a built-in domain (BUILTIN below);
+  file:PATH                the tasks of a file (environments/task_file.py);
+  NAME                     a domain an installed package registers in the
+                           `flywheel.domains` entry-point group (NAME = module:Class);
+  pkg.module:Class         any importable Environment subclass.
+The name a task records (`TaskSpec.domain`) is the environment's `name`; `Domains`
+remembers which spec gave it, so the tasks of a plug-in resolve again by that name in
+every stage (and on a Ray worker, which builds its `Domains` from the same config).
+
+Environments are built once per process and spec (a task file is read once).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.metadata import entry_points
+
+from environments.base import Environment
+
+
+BUILTIN = {
+    "code": "environments.code_synthesis:CodeSynthesis",
+    "math": "environments.math_reasoning:MathReasoning",
+    "extraction": "environments.doc_extraction:DocExtraction",
+    "data": "environments.data_transform:DataTransform",
+    "repair": "environments.code_repair:CodeRepair",  # multi-turn: tools in a workspace
+    "terminal": "environments.terminal:Terminal",  # multi-turn
+}
+ENTRY_POINT_GROUP = "flywheel.domains"
+
+
+class DomainError(ValueError):
+    """A domain spec that names nothing usable."""
+
+
+def plugins() -> dict[str, str]:
+    """Installed plug-in domains: entry-point name -> "module:Class"."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_class(target: str, spec: str):
+    module, _, cls = target.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as exc:
+        raise DomainError(f"domain {spec!r}: cannot import {target} ({type(exc).__name__}: {exc})") from exc
+    if not (isinstance(obj, type) and issubclass(obj, Environment)):
+        raise DomainError(f"domain {spec!r}: {target} is not an environments.base.Environment subclass")
+    return obj
+
+
+@lru_cache(maxsize=None)
+def resolve(spec: str, eval_only: bool = False) -> Environment:
+    """The environment a spec names (built once per process)."""
+    if spec in BUILTIN:
+        return _load_class(BUILTIN[spec], spec)()
+    if spec.startswith("file:"):
+        from environments.task_file import FileTasks, TaskFileError
+
+        try:
+            return FileTasks(spec[len("file:") :], eval_only=eval_only)
+        except TaskFileError as exc:
+            raise DomainError(str(exc)) from exc
+    found = plugins()
+    if spec in found:
+        return _load_class(found[spec], spec)()
+    if ":" in spec:
+        return _load_class(spec, spec)()
+    known = sorted(BUILTIN) + sorted(found)
+    raise DomainError(f"unknown domain {spec!r}; known: {', '.join(known)}, or file:PATH, or module:Class")
+
+
+def source_of(spec: str, env: Environment) -> str:
+    """Where a domain comes from, for `flywheel domains`."""
+    if spec in BUILTIN or spec.startswith("file:"):
+        return env.source
+    found = plugins()
+    return f"plug-in {found[spec]}" if spec in found else spec
+
+
+@dataclass(frozen=True)
+class DomainInfo:
+    name: str
+    kind: str
+    levels: tuple[int, ...]
+    source: str
+    notes: str = ""
+
+
+class Domains:
+    """The run's environments by name, built from the specs of a config."""
+
+    def __init__(self, specs: list[str], eval_files: list[str] = ()):
+        eval_only = {f"file:{f}" for f in eval_files}
+        self.specs = list(dict.fromkeys(specs))
+        self.by_name: dict[str, Environment] = {}
+        self.sources: dict[str, str] = {}
+        for spec in self.specs:
+            env = resolve(spec, spec in eval_only)
+            self.by_name[env.name] = env
+            self.sources[env.name] = source_of(spec, env)
+
+    def __getitem__(self, name: str) -> Environment:
+        if name not in self.by_name:  # a replayed task of a domain no longer configured
+            self.by_name[name] = resolve(name)
+        return self.by_name[name]
+
+    def __iter__(self):
+        return iter(self.by_name.values())
+
+    def infos(self) -> list[DomainInfo]:
+        return [DomainInfo(n, e.kind, tuple(e.levels), self.sources.get(n, e.source), e.describe())
+                for n, e in self.by_name.items()]  # fmt: skip
+
+
+def get_environment(name: str) -> Environment:
+    """One domain by spec or name (built once per process)."""
+    return resolve(name)
+
+
+def available(extra: list[str] = (), eval_files: list[str] = ()) -> list[DomainInfo]:
+    """Every domain found here: built-in, installed plug-ins, `extra` specs and eval files
+    (one that cannot be used is listed with the reason)."""
+    out, seen = [], set()
+    eval_only = {f"file:{f}" for f in eval_files}
+    for spec in dict.fromkeys([*BUILTIN, *plugins(), *extra, *eval_only]):
+        try:
+            env = resolve(spec, spec in eval_only)
+        except DomainError as exc:
+            out.append(DomainInfo(spec, "-", (), "-", f"unusable: {exc}"))
+            continue
+        if env.name not in seen:
+            seen.add(env.name)
+            out.append(DomainInfo(env.name, env.kind, tuple(env.levels), source_of(spec, env), env.describe()))
+    return out

@@ -1,0 +1,200 @@
+"""User reward functions (`reward.functions`), in TRL's calling convention, run in the sandbox.
+
+A function is named `pkg.module:fn` and called as `fn(prompts, completions, **columns)
+-> list[float]`, one value per completion, with the task's columns as lists (TRL passes
+a dataset's columns the same way). Prompts and completions are plain text when the task's
+prompt came as text, else chat messages (the completion as `[{"role": "assistant",
+"content": ...}]`), as TRL does for conversational datasets.
+
+Why the sandbox: the functions read model text and they are the user's code, so neither
+runs in the flow's process. Their source is found without importing it (importlib's
+PathFinder over the working dir and sys.path), sent with each job as files, and imported
+there by a small harness; the sandbox python sees the stdlib plus `sandbox.libraries`, so
+what a function imports must be there. A function that does not import (or is not
+callable) stops the run at start-up, naming it (`probe`).
+
+One job per function per chunk of trajectories. A call that raises, runs past its time,
+returns the wrong number of values or a value that is not a finite number is retried
+one completion at a time, so only the trajectories it fails on get an error: for those
+the function's component carries the error and adds nothing to the reward, and the
+cycle goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from dataclasses import dataclass, field
+from importlib.machinery import PathFinder
+from pathlib import Path
+
+from environments.sandbox import ExecResult, Job, Limits
+from environments.verifiers import read_tagged
+
+ROOT = "_rewards"  # where the sources sit in the job's workspace
+MAX_SOURCE_BYTES = 4 << 20
+CHUNK = 32
+
+HARNESS = r"""
+import importlib, json, math, os, sys, _signal
+def read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+spec = json.loads(read_all(0))
+out = os.dup(1)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+def reporter(nonce):
+    def report(**result):
+        os.write(out, (nonce + json.dumps(result) + "\n").encode())
+        os._exit(0)
+    return report
+report = reporter(spec.pop("nonce"))
+def on_alarm(*_):
+    raise TimeoutError("the reward function took too long")
+_signal.signal(_signal.SIGALRM, on_alarm)
+sys.path.insert(0, os.path.join(os.getcwd(), "_rewards"))
+try:
+    _signal.alarm(spec["timeout_s"])
+    fn = getattr(importlib.import_module(spec["module"]), spec["attr"])
+    _signal.alarm(0)
+    if not callable(fn):
+        raise TypeError(spec["attr"] + " is not callable")
+except BaseException as e:
+    report(load_error=f"{type(e).__name__}: {e}"[:500])
+if spec.get("probe"):
+    report(ok=True)
+def call(prompts, completions, columns):
+    _signal.alarm(spec["timeout_s"])
+    try:
+        values = fn(prompts=prompts, completions=completions, **columns)
+    finally:
+        _signal.alarm(0)
+    values = list(values)
+    if len(values) != len(completions):
+        raise ValueError(f"returned {len(values)} values for {len(completions)} completions")
+    out = []
+    for v in values:
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError(f"returned {v}")
+        out.append(v)
+    return out
+items = spec["items"]
+try:
+    values, errors = call([i["prompt"] for i in items], [i["completion"] for i in items],
+                          {k: [i["columns"].get(k) for i in items] for k in spec["columns"]}), [""] * len(items)
+except BaseException as e:
+    values, errors = [], []
+    for i in items:  # one at a time, so one bad completion does not cost the others
+        try:
+            values += call([i["prompt"]], [i["completion"]], {k: [i["columns"].get(k)] for k in spec["columns"]})
+            errors.append("")
+        except BaseException as e:
+            values.append(None)
+            errors.append(f"{type(e).__name__}: {e}"[:300])
+report(values=values, errors=errors)
+"""
+
+
+class RewardFunctionError(ValueError):
+    """A reward function that cannot be used: not found, does not import, not callable."""
+
+
+@dataclass(frozen=True)
+class RewardFunction:
+    name: str  # "pkg.module:fn"
+    weight: float
+    module: str
+    attr: str
+    sources: dict[str, str] = field(repr=False, hash=False, compare=False)
+
+
+def _sources(module: str, name: str) -> dict[str, str]:
+    """The module's source files (a whole top-level package), found without importing it."""
+    top = module.split(".")[0]
+    spec = PathFinder.find_spec(top, [os.getcwd(), *sys.path])
+    if spec is None:
+        raise RewardFunctionError(f"reward function {name}: no module {top!r} in the working dir or sys.path")
+    files: dict[str, str] = {}
+    if spec.submodule_search_locations:
+        root = Path(list(spec.submodule_search_locations)[0])
+        paths = sorted(root.rglob("*.py"))
+        base = root.parent
+    elif spec.origin and spec.origin.endswith(".py"):
+        paths, base = [Path(spec.origin)], Path(spec.origin).parent
+    else:
+        raise RewardFunctionError(f"reward function {name}: {top!r} is not Python source ({spec.origin})")
+    size = 0
+    for p in paths:
+        if "__pycache__" in p.parts:
+            continue
+        text = p.read_text(encoding="utf-8")
+        size += len(text)
+        if size > MAX_SOURCE_BYTES:
+            raise RewardFunctionError(f"reward function {name}: the package {top!r} is over {MAX_SOURCE_BYTES} bytes")
+        files[f"{ROOT}/{p.relative_to(base)}"] = text
+    wanted = module.replace(".", "/")
+    if f"{ROOT}/{wanted}.py" not in files and f"{ROOT}/{wanted}/__init__.py" not in files:
+        raise RewardFunctionError(f"reward function {name}: no module {module!r} in {base}")
+    return files
+
+
+def load(specs: list[tuple[str, float]]) -> list[RewardFunction]:
+    out = []
+    for name, weight in specs:
+        module, sep, attr = name.partition(":")
+        if not sep or not module or not attr.isidentifier():
+            raise RewardFunctionError(f"reward function {name!r} is not of the form 'pkg.module:function'")
+        out.append(RewardFunction(name, weight, module, attr, _sources(module, name)))
+    return out
+
+
+def _job(fn: RewardFunction, items: list[dict], timeout_s: int, probe: bool = False) -> Job:
+    columns = sorted({k for i in items for k in i["columns"]})
+    spec = {"nonce": secrets.token_hex(16), "module": fn.module, "attr": fn.attr, "timeout_s": timeout_s,
+            "items": items, "columns": columns, "probe": probe}  # fmt: skip
+    limits = Limits(wall_s=timeout_s * (len(items) + 2) + 5, cpu_s=timeout_s * (len(items) + 2) + 5)
+    return Job(["python", "-I", "-c", HARNESS], files=dict(fn.sources), stdin=json.dumps(spec), limits=limits)
+
+
+def probe(sandbox, functions: list[RewardFunction], timeout_s: int = 10) -> None:
+    """Import each function in the sandbox; raise RewardFunctionError naming one that fails."""
+    jobs = [_job(fn, [], timeout_s, probe=True) for fn in functions]
+    for fn, job, res in zip(functions, jobs, sandbox.map(jobs)):
+        report, problem = read_tagged(job, res)
+        if res.error or report is None:
+            raise RewardFunctionError(f"reward function {fn.name}: the sandbox gave no answer: {res.error or problem}")
+        if report.get("load_error"):
+            raise RewardFunctionError(f"reward function {fn.name} does not import in the sandbox: {report['load_error']}")
+
+
+def evaluate(sandbox, functions: list[RewardFunction], items: list[dict], timeout_s: int = 5) -> list[dict]:
+    """Per item ({"prompt", "completion", "columns"}), {function name: (value, error)}."""
+    out: list[dict] = [{} for _ in items]
+    jobs, where = [], []
+    for fn in functions:
+        for start in range(0, len(items), CHUNK):
+            jobs.append(_job(fn, items[start : start + CHUNK], timeout_s))
+            where.append((fn, start))
+    for job, res, (fn, start) in zip(jobs, sandbox.map(jobs), where):
+        n = len(json.loads(job.stdin)["items"])
+        for i, pair in enumerate(_read(job, res, n)):
+            out[start + i][fn.name] = pair
+    return out
+
+
+def _read(job: Job, res: ExecResult, n: int) -> list[tuple[float | None, str]]:
+    report, problem = read_tagged(job, res)
+    if res.error or report is None:
+        why = res.error or ("timed out" if res.timed_out else problem)
+        return [(None, f"no result: {why}")] * n
+    if report.get("load_error"):
+        return [(None, f"does not import: {report['load_error']}")] * n
+    values, errors = report.get("values") or [], report.get("errors") or []
+    if len(values) != n or len(errors) != n:
+        return [(None, "a malformed result")] * n
+    return [(v if isinstance(v, (int, float)) and not e else None, e) for v, e in zip(values, errors)]

@@ -1,0 +1,134 @@
+"""`file:PATH`: the tasks of a user's file (JSONL, Parquet or a `datasets` dir) as a domain.
+
+The rows (schema and shapes: environments/task_rows.py) are read and checked once per
+process; a bad row is set aside in `quarantined` (file, line, reason), and a file with
+no usable row stops at start-up naming it. Splits: a row's `split` wins, else the split
+follows the row's content hash as for generated tasks; a file named in `eval.files` is
+eval-only, every row held out (and the lake refuses its tasks in training). Levels are
+the rows' `level`s. `make_tasks(split, level, seed, count)` draws without replacement,
+in an order fixed by the seed, so each cycle's seed gives its own subset.
+
+Verification is per row (environments/verifiers.py): the host kinds are checked
+without the sandbox (`job` returns their Score), the others run there. Rows without a
+verifier (`none`) are scored by `reward.functions` alone (`Score.graded` is False).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from environments import verifiers as v
+from environments.base import SandboxEnvironment, Score, check_split, reply, split_of
+from environments.python_tests import score_tests, tests_job
+from environments.task_rows import Row, RowError, normalise, read_rows
+from storage.schema import TaskSpec, stable_id
+
+VERSION = "1"
+
+
+class TaskFileError(ValueError):
+    """A task file that cannot be used at all."""
+
+
+class FileTasks(SandboxEnvironment):
+    version = VERSION
+    sandbox_warmup = (  # math-verify's imports and first calls (LaTeX and plain text) are its slow part
+        "from math_verify import parse, verify\n"
+        "verify(parse('$\\\\frac{1}{2}$'), parse('The answer is \\\\boxed{0.5}'))\nverify(parse('7'), parse('Answer: 7'))"
+    )
+
+    def __init__(self, path: str, eval_only: bool = False):
+        self.path, self.eval_only = path, eval_only
+        self.name = f"file:{path}"
+        self.source = f"file {path}" + (" (eval only)" if eval_only else "")
+        self.quarantined: list[dict] = []
+        self.cells: dict[tuple[str, int], list[Row]] = {}
+        if not Path(path).exists():
+            raise TaskFileError(f"task file {path} does not exist")
+        seen: set[str] = set()
+        try:
+            for where, raw, error in read_rows(path):
+                if not error:
+                    try:
+                        row = normalise(raw, eval_only)
+                        if row.key in seen:
+                            raise RowError(f"duplicate id {row.key!r}")
+                    except RowError as exc:
+                        error = str(exc)
+                    except Exception as exc:  # noqa: BLE001  (a malformed row must never stop the file)
+                        error = f"{type(exc).__name__}: {exc}"
+                if error:
+                    self.quarantined.append({"file": path, "where": where, "reason": error, "row": _preview(raw)})
+                    continue
+                seen.add(row.key)
+                split = row.split or split_of(f"{self.name}:{row.key}")
+                self.cells.setdefault((split, row.level), []).append(row)
+        except FileNotFoundError as exc:
+            raise TaskFileError(str(exc)) from exc
+        if not self.cells:
+            reasons = "; ".join(f"{q['where']}: {q['reason']}" for q in self.quarantined[:3])
+            raise TaskFileError(f"task file {path} has no usable row ({len(self.quarantined)} quarantined: {reasons})")
+        self.levels = tuple(sorted({level for _, level in self.cells}))
+        self.rows = sum(len(r) for r in self.cells.values())
+        self.kinds = sorted({r.verifier for rows in self.cells.values() for r in rows})
+
+    def describe(self) -> str:
+        quarantined = f", {len(self.quarantined)} quarantined" if self.quarantined else ""
+        return f"{self.rows} rows{quarantined}; {', '.join(self.kinds)}"
+
+    def make_tasks(self, split, level, seed, count):
+        check_split(split)
+        pool = self.cells.get((split, level), [])
+        order = sorted(pool, key=lambda r: stable_id("draw", seed, r.key))
+        return [self._task(r, split) for r in order[:count]]
+
+    def all_tasks(self, split: str) -> list[TaskSpec]:
+        """Every task of `split`, in file order (an eval suite takes them all)."""
+        return [self._task(r, s) for (s, _), rows in sorted(self.cells.items()) if s == split for r in rows]
+
+    def _task(self, row: Row, split: str) -> TaskSpec:
+        verifier = {"kind": row.verifier, "answer": row.answer, "tests": row.tests, "tolerance": row.tolerance,
+                    "prefix": row.prefix, "columns": row.columns, "text_prompt": row.text_prompt,
+                    "reference": row.reference}  # fmt: skip
+        return TaskSpec(
+            task_id=stable_id("file", Path(self.path).name, row.key), domain=self.name, level=row.level,
+            split=split, prompt=row.prompt, setup_json=json.dumps({"tools": [], "row_id": row.key, "metadata": row.metadata}, default=str),
+            verifier_json=json.dumps(verifier, default=str), seed=0, generator_version=self.version,
+        )  # fmt: skip
+
+    def reference(self, task):
+        text = json.loads(task.verifier_json).get("reference")
+        return reply(text) if text else None
+
+    def job(self, task, completion):
+        spec = json.loads(task.verifier_json)
+        kind, answer, tol = spec["kind"], spec["answer"], spec.get("tolerance")
+        if kind == "exact":
+            return v.check_exact(answer, completion)
+        if kind == "numeric":
+            return v.check_numeric(answer, completion, tol)
+        if kind == "json_fields":
+            return v.check_json_fields(answer, completion, tol)
+        if kind == "regex":
+            return v.check_regex(answer, completion)
+        if kind == "math":
+            return v.math_job(answer, completion)
+        if kind == "python_tests":
+            return tests_job(spec["tests"], completion, spec.get("prefix", ""))
+        if kind == "python_io":
+            return v.io_job(completion, [t["input"] for t in spec["tests"]])
+        return Score(0.0, "fail", graded=False)  # "none": reward.functions score it
+
+    def score(self, task, job, result):
+        spec = json.loads(task.verifier_json)
+        if spec["kind"] == "math":
+            return v.score_math(job, result)
+        if spec["kind"] == "python_tests":
+            return score_tests(spec["tests"], job, result)
+        return v.score_io(job, result, [t["output"] for t in spec["tests"]])
+
+
+def _preview(raw) -> str:
+    text = json.dumps(raw, default=str) if raw is not None else ""
+    return text if len(text) <= 500 else text[:500] + f"... ({len(text)} characters)"

@@ -1,0 +1,255 @@
+"""Rows of a task file: read (JSONL, Parquet, a `datasets` dir), shapes recognised, checked.
+
+The row schema (one JSON object per line, or a Parquet/`datasets` row):
+
+  prompt     text, or chat messages [{"role", "content"}]                     required
+  answer     the expected answer (exact, numeric, math, regex: the pattern,
+             json_fields: an object of expected fields)
+  tests      python_tests: assert lines (a string or a list of them) or a
+             HumanEval-style `def check(candidate)`; python_io: a list of
+             {"input", "output"} cases. Never shown in the prompt.
+  verifier   exact | numeric | math | json_fields | regex | python_tests |
+             python_io | none (scored by reward.functions only). Default:
+             python_tests with tests, json_fields for an object answer,
+             numeric for a number, exact for other answers, none without either.
+  id, level (int >= 1, default 1), split (train | eval; test and validation
+  mean eval), metadata (an object), entry_point (python_tests), tolerance
+  (numeric, json_fields), reference (a reply that passes, for SFT).
+Every other column rides along as a column for reward functions (TRL's convention).
+
+The shapes users arrive with are read as such: TRL (`prompt` plus columns), veRL
+(`prompt`, `reward_model.ground_truth`, `data_source`, `ability`, `extra_info`), SkyRL
+(`reward_spec.ground_truth`), HumanEval (`prompt` code, `test`, `entry_point`,
+`canonical_solution`) and MBPP (`text`, `test_list`, `code`).
+
+A row that cannot be used is quarantined with its file, line and reason, and the rest
+go on. Nothing here runs the tests: they are parsed (environments/python_tests.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from environments.python_tests import TestsError, split_tests
+from environments.verifiers import KINDS, parse_number
+from storage.schema import stable_id
+
+MAX_PROMPT_CHARS = 100_000
+KNOWN = (*KINDS, "none")
+SPLITS = {"train": "train", "eval": "eval", "test": "eval", "validation": "eval", "valid": "eval", "dev": "eval"}
+RESERVED = {"prompt", "answer", "tests", "verifier", "id", "level", "split", "metadata", "entry_point", "tolerance",
+            "reference", "task_id", "test", "canonical_solution", "text", "test_list", "code", "test_setup_code",
+            "challenge_test_list", "reward_model", "reward_spec", "data_source", "ability", "extra_info"}  # fmt: skip
+CODER = "You are a careful Python programmer."
+
+
+class RowError(ValueError):
+    pass
+
+
+@dataclass
+class Row:
+    key: str  # the row's id, else a hash of its content: stable across machines
+    prompt: list[dict]
+    verifier: str
+    level: int = 1
+    split: str | None = None
+    answer: object = None
+    tests: object = None  # python_tests: split_tests(...); python_io: [{"input", "output"}]
+    tolerance: float | None = None
+    prefix: str = ""  # code the prompt showed, run before the solution (HumanEval helpers)
+    text_prompt: bool = False  # the prompt came as text (reward functions get text)
+    metadata: dict = field(default_factory=dict)
+    columns: dict = field(default_factory=dict)
+    reference: str | None = None
+
+
+def _messages(prompt) -> tuple[list[dict], bool]:
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise RowError("empty prompt")
+        return [{"role": "user", "content": prompt}], True
+    if isinstance(prompt, list) and prompt:
+        out = []
+        for m in prompt:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in (
+                "system", "user", "assistant"):  # fmt: skip
+                raise RowError("prompt messages must be {role: system|user|assistant, content: text}")
+            out.append({"role": m["role"], "content": m["content"]})
+        if out[-1]["role"] == "assistant":
+            raise RowError("the prompt ends with an assistant message")
+        return out, False
+    raise RowError("no prompt (a text or a list of chat messages under 'prompt')")
+
+
+def _code_prompt(code: str) -> list[dict]:
+    user = (f"Complete this Python function:\n\n```python\n{code.rstrip()}\n```\n\n"
+            "Reply with the complete function in one ```python code block.")  # fmt: skip
+    return [{"role": "system", "content": CODER}, {"role": "user", "content": user}]
+
+
+def _infer(answer, tests) -> str:
+    if tests is not None:
+        is_io = isinstance(tests, list) and tests and all(isinstance(t, dict) for t in tests)
+        return "python_io" if is_io else "python_tests"
+    if answer is None:
+        return "none"
+    if isinstance(answer, dict):
+        return "json_fields"
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        return "numeric"
+    if isinstance(answer, str) and re.fullmatch(r"\s*-?[\d,]*\.?\d+(?:/\d+)?\s*", answer):
+        return "numeric"
+    return "exact"
+
+
+def normalise(raw: dict, eval_only: bool = False) -> Row:
+    """One row of any known shape -> a checked Row; raises RowError with the reason."""
+    metadata = dict(raw.get("metadata") or {}) if isinstance(raw.get("metadata") or {}, dict) else None
+    if metadata is None:
+        raise RowError("metadata must be an object")
+    answer, tests, entry, prefix, reference = raw.get("answer"), raw.get("tests"), raw.get("entry_point"), "", raw.get("reference")
+    key = raw.get("id", raw.get("task_id"))
+    if "test" in raw and "entry_point" in raw and isinstance(raw.get("prompt"), str):  # HumanEval
+        prompt, text_prompt = _code_prompt(raw["prompt"]), True
+        tests, prefix = raw["test"], raw["prompt"]
+        if raw.get("canonical_solution") and not reference:
+            reference = f"```python\n{raw['prompt']}{raw['canonical_solution']}```"
+    elif "text" in raw and "test_list" in raw and "prompt" not in raw:  # MBPP
+        tests = [raw.get("test_setup_code") or "", *raw["test_list"]]
+        found = split_tests(tests, entry, raw.get("code"))["entry"] if isinstance(raw["test_list"], list) else None
+        user = f"{raw['text']}\nThe function must be named `{found}`. Reply with the complete function in one ```python code block."
+        prompt, text_prompt, entry = [{"role": "system", "content": CODER}, {"role": "user", "content": user}], True, found
+        if raw.get("code") and not reference:
+            reference = f"```python\n{raw['code'].strip()}\n```"
+    else:
+        prompt, text_prompt = _messages(raw.get("prompt"))
+    for nested, label in (("reward_model", "veRL"), ("reward_spec", "SkyRL")):
+        spec = raw.get(nested)
+        if isinstance(spec, dict) and answer is None:
+            answer = spec.get("ground_truth")
+            metadata.setdefault("shape", label)
+    for k in ("data_source", "ability", "extra_info"):
+        if k in raw:
+            metadata.setdefault(k, raw[k])
+    size = sum(len(m["content"]) for m in prompt)
+    if size > MAX_PROMPT_CHARS:
+        raise RowError(f"prompt is {size} characters, over the limit of {MAX_PROMPT_CHARS}")
+    verifier = raw.get("verifier") or _infer(answer, tests)
+    if verifier not in KNOWN:
+        raise RowError(f"unknown verifier {verifier!r}; known: {', '.join(KNOWN)}")
+    tolerance = raw.get("tolerance")
+    if tolerance is not None and not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance >= 0):
+        raise RowError(f"tolerance must be a number >= 0, not {tolerance!r}")
+    if verifier in ("exact", "numeric", "math", "regex", "json_fields"):
+        answer = _checked_answer(verifier, answer)
+    elif verifier == "python_tests":
+        if tests is None:
+            raise RowError("verifier python_tests needs tests")
+        try:
+            tests = split_tests(tests, entry, raw.get("code"))
+        except TestsError as exc:
+            raise RowError(str(exc)) from exc
+    elif verifier == "python_io":
+        if not isinstance(tests, list) or not tests or not all(
+            isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str) for t in tests):  # fmt: skip
+            raise RowError("verifier python_io needs tests: a list of {input: text, output: text}")
+    level = raw.get("level", 1)
+    if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+        raise RowError(f"level must be an integer >= 1, not {level!r}")
+    split = raw.get("split")
+    if split is not None and split not in SPLITS:
+        raise RowError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    content = stable_id(prompt, verifier, answer, tests)
+    columns = {k: v for k, v in raw.items() if k not in RESERVED}
+    if answer is not None:
+        columns.setdefault("answer", answer)
+    return Row(
+        key=str(key) if key is not None else content, prompt=prompt, verifier=verifier, level=level,
+        split="eval" if eval_only else (SPLITS[split] if split else None), answer=answer, tests=tests,
+        tolerance=tolerance, prefix=prefix, text_prompt=text_prompt, metadata=metadata, columns=columns,
+        reference=reference if isinstance(reference, str) and reference.strip() else None,
+    )  # fmt: skip
+
+
+def _checked_answer(verifier: str, answer):
+    if answer is None:
+        raise RowError(f"verifier {verifier} needs an answer, and the row has none")
+    if isinstance(answer, float) and not math.isfinite(answer):
+        raise RowError(f"answer is {answer}")
+    if verifier == "numeric":
+        value = answer if isinstance(answer, (int, float)) and not isinstance(answer, bool) else parse_number(str(answer))
+        if value is None:
+            raise RowError(f"verifier numeric needs a number, not {answer!r}")
+        return value
+    if verifier == "json_fields":
+        if isinstance(answer, str):
+            try:
+                answer = json.loads(answer)
+            except ValueError:
+                pass
+        if not isinstance(answer, dict) or not answer:
+            raise RowError("verifier json_fields needs an object of expected fields as answer")
+        return answer
+    if verifier == "regex":
+        try:
+            re.compile(str(answer))
+        except re.error as exc:
+            raise RowError(f"answer is not a valid regular expression: {exc}") from exc
+    if verifier == "exact" and isinstance(answer, list):
+        return [str(a) for a in answer]
+    return str(answer)
+
+
+def read_rows(path: str):
+    """(where, raw row or None, error) for every row of the file, in order."""
+    p = Path(path)
+    if p.is_dir():
+        yield from _dataset_rows(p)
+    elif p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        n = 0
+        for batch in pq.ParquetFile(p).iter_batches(batch_size=4096):
+            for row in batch.to_pylist():
+                n += 1
+                yield f"row {n}", row, ""
+    elif p.name.endswith((".jsonl", ".json", ".jsonl.gz", ".ndjson")):
+        opener = gzip.open if p.name.endswith(".gz") else open
+        with opener(p, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield f"line {n}", None, f"not UTF-8 ({exc.reason} at byte {exc.start})"
+                    continue
+                try:
+                    row = json.loads(text)
+                except ValueError as exc:
+                    yield f"line {n}", None, f"not JSON ({exc})"
+                    continue
+                yield (f"line {n}", row, "") if isinstance(row, dict) else (f"line {n}", None, "not a JSON object")
+    else:
+        raise FileNotFoundError(f"{path}: not a JSONL, Parquet or `datasets` dir")
+
+
+def _dataset_rows(p: Path):
+    from datasets import Dataset, load_from_disk
+
+    try:
+        loaded = load_from_disk(str(p))
+    except (FileNotFoundError, ValueError) as exc:
+        raise FileNotFoundError(f"{p}: not a dir saved with `datasets`' save_to_disk ({exc})") from exc
+    parts = {None: loaded} if isinstance(loaded, Dataset) else dict(loaded)
+    for split, ds in parts.items():
+        for n, row in enumerate(ds, 1):
+            if split is not None and "split" not in row:
+                row = {**row, "split": split}
+            yield (f"row {n}" if split is None else f"{split} row {n}"), row, ""

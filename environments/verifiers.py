@@ -1,0 +1,317 @@
+"""Verifier kinds of task files (environments/task_file.py), one function each.
+
+On the host, for checks that never execute or evaluate model text (`check_*`):
+  exact        the answer, normalised (case, spaces, quotes, a final period), equals one
+               of the expected answers;
+  numeric      the answer read as a number is within `tolerance` (absolute; default
+               1e-6 relative) of the expected number;
+  json_fields  the last JSON object in the completion, field by field (strings
+               normalised, numbers within tolerance); reward = share of fields right;
+  regex        the answer matches the row's pattern in full. The pattern is the user's:
+               a pattern that backtracks badly on some answer stalls the score stage
+               (answers are cut to 10,000 characters first).
+In the sandbox, for what runs or parses model text (`*_job` + `score_*`):
+  math         math-verify's parse and verify (sympy under the hood, which may eval text);
+               a completion with code-like text (dunders, imports, eval/exec/open calls)
+               is refused unread as a suspected hack, so no text reaches sympy that could
+               run code and forge the result;
+  python_tests the row's tests (see environments/python_tests.py);
+  python_io    the program runs once per case on its stdin; stdout is compared on the host.
+
+The answer of the host kinds and of `math`'s refusal check is read from the completion
+by `extract_answer`: the last <answer>...</answer>, else the last `Answer:` line, else
+the last \\boxed{...}, else the last non-empty line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+from fractions import Fraction
+
+from environments.audit import audit_python
+from environments.base import Score
+from environments.code_synthesis import extract_code
+from environments.doc_extraction import check_field, find_last_object
+from environments.sandbox import ExecResult, Job
+
+HOST_KINDS = ("exact", "numeric", "json_fields", "regex")
+SANDBOX_KINDS = ("math", "python_tests", "python_io")
+KINDS = (*HOST_KINDS, *SANDBOX_KINDS)
+MAX_ANSWER_CHARS = 10_000
+
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+ANSWER_LINE = re.compile(r"^[\s*>#_`]*answer[\s*_`]*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+CODE_LIKE = re.compile(
+    r"__|\bimport\s+\w|\b(?:exec|eval|getattr|setattr|delattr|globals|locals|vars|open|compile|breakpoint|input)\s*\("
+)
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 1, start + len("\\boxed{")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j]
+    return None
+
+
+def extract_answer(completion: str) -> str | None:
+    tags = ANSWER_TAG.findall(completion)
+    if tags:
+        return tags[-1].strip()
+    lines = ANSWER_LINE.findall(completion)
+    if lines:
+        return lines[-1].strip()
+    boxed = _last_boxed(completion)
+    if boxed is not None:
+        return boxed.strip()
+    rest = [ln.strip() for ln in completion.splitlines() if ln.strip()]
+    return rest[-1] if rest else None
+
+
+def normalise(text: str) -> str:
+    text = " ".join(str(text).casefold().split())
+    text = text.strip().strip("`'\"$").strip()
+    return text[:-1].rstrip() if text.endswith(".") else text
+
+
+def _graded(ok: bool, error: str = "") -> Score:
+    return Score(float(ok), "pass" if ok else "fail", outcome=float(ok), tests_passed=int(ok), tests_total=1,
+                 error="" if ok else error)  # fmt: skip
+
+
+def _answer_or_score(completion: str) -> str | Score:
+    got = extract_answer(completion)
+    if got is None:
+        return Score(0.0, "no_code", tests_total=1, error="no answer in the completion")
+    return got[:MAX_ANSWER_CHARS]
+
+
+def check_exact(expected, completion: str) -> Score:
+    got = _answer_or_score(completion)
+    if isinstance(got, Score):
+        return got
+    wanted = expected if isinstance(expected, list) else [expected]
+    ok = normalise(got) in {normalise(w) for w in wanted}
+    return _graded(ok, f"expected {wanted[0]!r}, got {got[:200]!r}")
+
+
+def parse_number(text: str) -> float | None:
+    cleaned = re.sub(r"[\s,$%€£]|\\[,!;]", "", str(text)).rstrip(".")
+    try:
+        return float(Fraction(cleaned))
+    except (ValueError, ZeroDivisionError):
+        pass
+    numbers = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", cleaned)
+    if len(numbers) == 1:  # "x = 12", "12 apples": one number and nothing else numeric
+        try:
+            return float(Fraction(numbers[0]))
+        except (ValueError, ZeroDivisionError):
+            return None
+    return None
+
+
+def check_numeric(expected, completion: str, tolerance: float | None = None) -> Score:
+    got = _answer_or_score(completion)
+    if isinstance(got, Score):
+        return got
+    value, want = parse_number(got), float(expected)
+    if value is None:
+        return Score(0.0, "fail", tests_total=1, error=f"not one number: {got[:200]!r}")
+    tol = tolerance if tolerance is not None else max(1e-9, 1e-6 * abs(want))
+    return _graded(abs(value - want) <= tol, f"expected {expected}, got {value}")
+
+
+def check_json_fields(expected: dict, completion: str, tolerance: float | None = None) -> Score:
+    obj = find_last_object(completion)
+    if obj is None:
+        return Score(0.0, "no_code", tests_total=len(expected), error="no JSON object in the completion")
+    right, wrong = 0, []
+    for key, want in expected.items():
+        if isinstance(want, str):
+            ok = check_field({"type": "string", "value": want, "tol": None}, obj.get(key))[0]
+        elif isinstance(want, (int, float)) and not isinstance(want, bool):
+            ok = check_field({"type": "number", "value": want, "tol": tolerance}, obj.get(key))[0]
+        else:
+            ok = key in obj and json.dumps(obj[key], sort_keys=True) == json.dumps(want, sort_keys=True)
+        right += ok
+        if not ok:
+            wrong.append(key)
+    frac = right / max(1, len(expected))
+    return Score(frac, "pass" if not wrong else "fail", outcome=frac, tests_passed=right, tests_total=len(expected),
+                 error=f"wrong or missing: {', '.join(wrong)}" if wrong else "")  # fmt: skip
+
+
+def check_regex(pattern: str, completion: str) -> Score:
+    got = _answer_or_score(completion)
+    if isinstance(got, Score):
+        return got
+    return _graded(re.fullmatch(pattern, got.strip(), re.DOTALL) is not None, f"{got[:200]!r} does not match")
+
+
+# ---- math: math-verify in the sandbox -----------------------------------------------------
+MATH_HARNESS = r"""
+import json, os
+def read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+spec = json.loads(read_all(0))
+out = os.dup(1)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+def reporter(nonce):
+    def report(**result):
+        os.write(out, (nonce + json.dumps(result) + "\n").encode())
+        os._exit(0)
+    return report
+report = reporter(spec.pop("nonce"))
+try:
+    from math_verify import parse, verify
+except ImportError as e:
+    report(ok=False, infra=True, error=f"math-verify is not importable in the sandbox (sandbox.libraries): {e}")
+try:
+    gold = parse(spec["gold"]) or parse("$" + spec["gold"] + "$")
+    if not gold:
+        report(ok=False, error="the expected answer does not parse")
+    pred = parse(spec["completion"])
+    if not pred:
+        report(ok=False, parsed=False, error="no answer math-verify could read")
+    report(ok=bool(verify(gold, pred)), parsed=True, error="")
+except BaseException as e:
+    report(ok=False, error=f"math-verify failed: {type(e).__name__}: {e}"[:300])
+"""
+
+
+def math_job(gold: str, completion: str) -> Job | Score:
+    if CODE_LIKE.search(completion):
+        return Score(0.0, "suspected_hack", tests_total=1, error="audit: code-like text in a math answer")
+    spec = {"nonce": secrets.token_hex(16), "gold": str(gold), "completion": completion[-MAX_ANSWER_CHARS:]}
+    return Job(["python", "-I", "-c", MATH_HARNESS], stdin=json.dumps(spec))
+
+
+def read_tagged(job: Job, result: ExecResult) -> tuple[dict | None, str]:
+    """(the harness's report, problem): problem is "" for exactly one well-formed line
+    tagged with the job's nonce, "forged" for more than one or a malformed one, else why
+    none came back."""
+    nonce = json.loads(job.stdin)["nonce"]
+    lines = [ln[len(nonce) :] for ln in result.stdout.splitlines() if ln.startswith(nonce)]
+    if len(lines) > 1:
+        return None, "forged"
+    if not lines:
+        return None, f"no result from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
+    try:
+        report = json.loads(lines[0])
+    except ValueError:
+        return None, "forged"
+    return (report, "") if isinstance(report, dict) else (None, "forged")
+
+
+def score_math(job: Job, result: ExecResult) -> Score:
+    if result.error:
+        return Score(0.0, "error", tests_total=1, error=result.error)
+    if result.timed_out:
+        return Score(0.0, "timeout", tests_total=1, error="math-verify timed out")
+    report, problem = read_tagged(job, result)
+    if problem == "forged":
+        return Score(0.0, "suspected_hack", tests_total=1, error="audit: a forged or malformed result line")
+    if report is None:
+        return Score(0.0, "error", tests_total=1, error=f"math-verify: {problem}")
+    if report.get("infra"):
+        return Score(0.0, "error", tests_total=1, error=report.get("error", ""))
+    if report.get("parsed") is False:
+        return Score(0.0, "no_code", tests_total=1, error=report.get("error", ""))
+    return _graded(bool(report.get("ok")), report.get("error") or "not equivalent to the expected answer")
+
+
+# ---- python_io: a program's stdout for each stdin ------------------------------------------
+IO_HARNESS = r"""
+import io, json, os, sys, _signal
+def read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+spec = json.loads(read_all(0))
+out = os.dup(1)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+def reporter(nonce):
+    def report(**result):
+        os.write(out, (nonce + json.dumps(result) + "\n").encode())
+        os._exit(0)
+    return report
+report = reporter(spec.pop("nonce"))
+def on_alarm(*_):
+    raise TimeoutError("case took too long")
+_signal.signal(_signal.SIGALRM, on_alarm)
+fd = os.open("solution.py", os.O_RDONLY)
+try:
+    code = compile(read_all(fd), "solution.py", "exec")
+except BaseException as e:
+    report(outputs=[], error=f"solution does not compile: {type(e).__name__}: {e}"[:300])
+outputs, first_error = [], ""
+for text in spec["inputs"]:
+    sys.stdin = io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8")
+    sys.stdout = buf = io.StringIO()
+    try:
+        _signal.alarm(spec["case_timeout_s"])
+        exec(code, {"__name__": "__main__"})
+    except SystemExit:
+        pass
+    except BaseException as e:
+        first_error = first_error or f"{type(e).__name__}: {e}"[:300]
+    finally:
+        _signal.alarm(0)
+    outputs.append(buf.getvalue()[-65536:])
+report(outputs=outputs, error=first_error)
+"""
+# what a stdin/stdout program does that a pure function must not: read and write its own
+# streams, and leave with exit()
+IO_ALLOWED = ("uses sys.stdin", "uses sys.stdout", "uses sys.exit", "uses exit", "uses quit", "imports sys.stdin",
+              "imports sys.stdout", "imports sys.exit")  # fmt: skip
+
+
+def io_job(completion: str, inputs: list[str], case_timeout_s: int = 2) -> Job | Score:
+    code = extract_code(completion, "main")
+    if not code or not code.strip():
+        return Score(0.0, "no_code", tests_total=len(inputs), error="no code in completion")
+    spec = {"nonce": secrets.token_hex(16), "inputs": inputs, "case_timeout_s": case_timeout_s}
+    return Job(["python", "-I", "-c", IO_HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
+
+
+def _lines(text: str) -> list[str]:
+    out = [ln.rstrip() for ln in str(text).splitlines()]
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def score_io(job: Job, result: ExecResult, expected: list[str]) -> Score:
+    total = len(expected)
+    if result.error:
+        return Score(0.0, "error", tests_total=total, error=result.error)
+    findings = [f for f in audit_python(job.files["solution.py"]) if not f.startswith(IO_ALLOWED)]
+    report, problem = read_tagged(job, result)
+    outputs = report.get("outputs", []) if report else []
+    passed = sum(isinstance(got, str) and _lines(got) == _lines(want) for got, want in zip(outputs, expected))
+    frac = passed / max(1, total)
+    if findings or problem == "forged":
+        why = "; ".join(findings) or "a forged or malformed result line"
+        return Score(0.0, "suspected_hack", outcome=frac, penalty=-frac, tests_passed=passed, tests_total=total,
+                     error="audit: " + why)  # fmt: skip
+    if result.timed_out:
+        return Score(0.0, "timeout", tests_total=total, error="verification timed out")
+    if report is None:
+        return Score(0.0, "fail", tests_total=total, error=problem)
+    verdict = "pass" if passed == total else "fail"
+    return Score(frac, verdict, outcome=frac, tests_passed=passed, tests_total=total, error=report.get("error", ""))
+
+
+def is_finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
