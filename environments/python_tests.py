@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import secrets
 
 from environments.audit import audit_python
@@ -136,9 +137,9 @@ def _case(stmt: ast.stmt, callee: str) -> list | None:
     for call, want in ((cmp.left, cmp.comparators[0]), (cmp.comparators[0], cmp.left)):
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == callee and not call.keywords:
             try:
-                source = "(" + "".join(ast.unparse(a) + ", " for a in call.args) + ")"
-                _literal(ast.parse(source, mode="eval").body)
-                return [source, canon(_literal(want))]
+                for a in call.args:
+                    _literal(a)
+                return ["(" + "".join(ast.unparse(a) + ", " for a in call.args) + ")", canon(_literal(want))]
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 return None
     return None
@@ -151,9 +152,9 @@ def _callee(tree: ast.Module, known: set[str]) -> str | None:
     from collections import Counter
 
     called: Counter = Counter()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assert):
-            for sub in ast.walk(node.test):
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assert):
+            for sub in ast.walk(stmt.test):
                 if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
                     called[sub.func.id] += 1
     for name, _ in called.most_common():
@@ -185,12 +186,7 @@ def split_tests(tests: str | list[str], entry: str | None = None, reference: str
         trivial = not keep and all(isinstance(n, (ast.Import, ast.ImportFrom, ast.Assign)) for n in others)
         rest = None if trivial else ast.unparse(tree)
         return {"entry": entry, "cases": cases, "rest": rest, "calls_check": rest is not None}
-    known = set()
-    if reference:
-        try:
-            known = {n.name for n in ast.walk(ast.parse(reference)) if isinstance(n, ast.FunctionDef)}
-        except (SyntaxError, ValueError):
-            pass
+    known = set(re.findall(r"^\s*def\s+(\w+)\s*\(", reference or "", re.MULTILINE))
     entry = entry or _callee(tree, known)
     if not entry:
         raise TestsError("no function call found in the tests")

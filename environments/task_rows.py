@@ -110,10 +110,12 @@ def _infer(answer, tests) -> str:
 
 def normalise(raw: dict, eval_only: bool = False) -> Row:
     """One row of any known shape -> a checked Row; raises RowError with the reason."""
+    raw = {k: v for k, v in raw.items() if v is not None}  # a Parquet column another shape uses is null here
     metadata = dict(raw.get("metadata") or {}) if isinstance(raw.get("metadata") or {}, dict) else None
     if metadata is None:
         raise RowError("metadata must be an object")
     answer, tests, entry, prefix, reference = raw.get("answer"), raw.get("tests"), raw.get("entry_point"), "", raw.get("reference")
+    split_done = None  # MBPP's tests, split while building its prompt
     key = raw.get("id", raw.get("task_id"))
     if "test" in raw and "entry_point" in raw and isinstance(raw.get("prompt"), str):  # HumanEval
         prompt, text_prompt = _code_prompt(raw["prompt"]), True
@@ -121,10 +123,15 @@ def normalise(raw: dict, eval_only: bool = False) -> Row:
         if raw.get("canonical_solution") and not reference:
             reference = f"```python\n{raw['prompt']}{raw['canonical_solution']}```"
     elif "text" in raw and "test_list" in raw and "prompt" not in raw:  # MBPP
-        tests = [raw.get("test_setup_code") or "", *raw["test_list"]]
-        found = split_tests(tests, entry, raw.get("code"))["entry"] if isinstance(raw["test_list"], list) else None
-        user = f"{raw['text']}\nThe function must be named `{found}`. Reply with the complete function in one ```python code block."
-        prompt, text_prompt, entry = [{"role": "system", "content": CODER}, {"role": "user", "content": user}], True, found
+        if not isinstance(raw["test_list"], list):
+            raise RowError("test_list must be a list of assert lines")
+        try:
+            tests = split_done = split_tests([raw.get("test_setup_code") or "", *raw["test_list"]], entry, raw.get("code"))
+        except TestsError as exc:
+            raise RowError(str(exc)) from exc
+        user = (f"{raw['text']}\nThe function must be named `{tests['entry']}`. "
+                "Reply with the complete function in one ```python code block.")  # fmt: skip
+        prompt, text_prompt = [{"role": "system", "content": CODER}, {"role": "user", "content": user}], True
         if raw.get("code") and not reference:
             reference = f"```python\n{raw['code'].strip()}\n```"
     else:
@@ -148,7 +155,7 @@ def normalise(raw: dict, eval_only: bool = False) -> Row:
         raise RowError(f"tolerance must be a number >= 0, not {tolerance!r}")
     if verifier in ("exact", "numeric", "math", "regex", "json_fields"):
         answer = _checked_answer(verifier, answer)
-    elif verifier == "python_tests":
+    elif verifier == "python_tests" and split_done is None:
         if tests is None:
             raise RowError("verifier python_tests needs tests")
         try:
