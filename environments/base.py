@@ -69,6 +69,7 @@ class Environment(ABC):
     levels: tuple[int, ...] = (1, 2, 3)
     kind: ClassVar[Kind]
     source: str = "built in"  # where it came from, for `flywheel domains`
+    eval_only: bool = False  # every task held out: make_tasks("train", ...) is empty (an eval suite)
     # code each sandbox worker runs once before it forks (imports, warm caches), so every
     # job of this domain finds its libraries loaded; our own code, never a model's
     sandbox_warmup: str = ""
@@ -139,18 +140,23 @@ class GeneratedTasks:
     def generate(self, level: int, rng: random.Random) -> Draft:
         """One candidate task at `level`."""
 
+    eval_only: bool
+
     def make_tasks(self, split: str, level: int, seed: int, count: int) -> list[TaskSpec]:
-        """Candidates whose content belongs to the other split are skipped."""
+        """Candidates whose content belongs to the other split are skipped (an eval-only
+        domain's all belong to eval)."""
         check_split(split)
         if level not in self.levels:
             raise ValueError(f"domain {self.name!r} has levels {self.levels}, not {level}")
+        if self.eval_only and split == "train":
+            return []
         tasks: list[TaskSpec] = []
         attempt = 0
         while len(tasks) < count:
             task_seed = int(stable_id(self.name, seed, level, attempt), 16) % (2**62)
             attempt += 1
             draft = self.generate(level, random.Random(task_seed))
-            if split_of(draft.key) != split:
+            if not self.eval_only and split_of(draft.key) != split:
                 continue
             tasks.append(
                 TaskSpec(

@@ -166,9 +166,10 @@ class CodeSynthesis(GeneratedTasks, SandboxEnvironment):
     name = "code"
     version = "1"
     levels = (1, 2, 3)
+    families = FAMILIES  # environments/code_transfer.py: other families, the same tasks otherwise
 
     def generate(self, level, rng):
-        family = rng.choice(FAMILIES[level])
+        family = rng.choice(self.families[level])
         key, params, doc, ref, make_input = family(rng)
         entry = _name(rng, family.__name__.split("_")[0])
         inputs: list[tuple] = []

@@ -1,7 +1,8 @@
 """Finding domains: by name, by file, by `module:Class`, or through installed plug-ins.
 
 `sampler.domains` (and the evaluation suites) name domains as:
-  code, math, ...          a built-in domain (BUILTIN below);
+  code, math, ...          a built-in domain (BUILTIN below), or an eval-only suite
+                           (SUITES: humaneval, code_transfer);
   file:PATH                the tasks of a file (environments/task_file.py);
   NAME                     a domain an installed package registers in the
                            `flywheel.domains` entry-point group (NAME = module:Class);
@@ -31,6 +32,11 @@ BUILTIN = {
     "repair": "environments.code_repair:CodeRepair",  # multi-turn: tools in a workspace
     "terminal": "environments.terminal:Terminal",  # multi-turn
 }
+# Eval-only suites: reported beside the held-out cells (eval.suites), never trained on.
+SUITES = {
+    "humaneval": "environments.humaneval:HumanEval",  # 164 problems nobody here wrote
+    "code_transfer": "environments.code_transfer:CodeTransfer",  # function families `code` never trains on
+}
 ENTRY_POINT_GROUP = "flywheel.domains"
 
 
@@ -57,8 +63,8 @@ def _load_class(target: str, spec: str):
 @lru_cache(maxsize=None)
 def resolve(spec: str, eval_only: bool = False) -> Environment:
     """The environment a spec names (built once per process)."""
-    if spec in BUILTIN:
-        return _load_class(BUILTIN[spec], spec)()
+    if spec in BUILTIN or spec in SUITES:
+        return _load_class({**BUILTIN, **SUITES}[spec], spec)()
     if spec.startswith("file:"):
         from environments.task_file import FileTasks, TaskFileError
 
@@ -71,13 +77,13 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
         return _load_class(found[spec], spec)()
     if ":" in spec:
         return _load_class(spec, spec)()
-    known = sorted(BUILTIN) + sorted(found)
+    known = sorted(BUILTIN) + sorted(SUITES) + sorted(found)
     raise DomainError(f"unknown domain {spec!r}; known: {', '.join(known)}, or file:PATH, or module:Class")
 
 
 def source_of(spec: str, env: Environment) -> str:
     """Where a domain comes from, for `flywheel domains`."""
-    if spec in BUILTIN or spec.startswith("file:"):
+    if spec in BUILTIN or spec in SUITES or spec.startswith("file:"):
         return env.source
     found = plugins()
     return f"plug-in {found[spec]}" if spec in found else spec
@@ -128,7 +134,7 @@ def available(extra: list[str] = (), eval_files: list[str] = ()) -> list[DomainI
     (one that cannot be used is listed with the reason)."""
     out, seen = [], set()
     eval_only = {f"file:{f}" for f in eval_files}
-    for spec in dict.fromkeys([*BUILTIN, *plugins(), *extra, *eval_only]):
+    for spec in dict.fromkeys([*BUILTIN, *SUITES, *plugins(), *extra, *eval_only]):
         try:
             env = resolve(spec, spec in eval_only)
         except DomainError as exc:

@@ -1,48 +1,38 @@
-"""Held-out evaluation of a run's current policy (or of any model), per domain and level.
+"""Evaluation of a policy, with intervals: our held-out cells, and suites nobody here trained on.
 
-The eval tasks come from a fixed seed, so every evaluation of every run sees the same
-tasks and numbers compare across policy versions. pass@1 is greedy (temperature 0, one
-sample); pass@k is the share of tasks solved by at least one of k samples at the
-training temperature. Trajectories go to the lake under `evaluations/`, never among
-the training cycles, and a markdown report lands in the run dir.
+What is evaluated (the same tasks every time, from a fixed seed, so versions compare):
+- the held-out cells: `eval.tasks_per_level` eval-split tasks per domain and level of
+  `sampler` (the domains trained on; their eval split is never sampled for training);
+- `eval.suites`: eval-only domains reported beside them, e.g. `humaneval` (164 problems
+  nobody here wrote) and `code_transfer` (function families `code` never trains on),
+  every task of a file suite, `eval.suite_tasks_per_level` per level of a generated one.
+pass@1 is greedy (temperature 0, one sample), with its 95% Wilson interval per cell and
+pooled per group; `eval.k` > 0 adds pass@k at the training temperature. Trajectories go
+to the lake under `evaluations/` (storage/evals.py defines the metrics over them), and
+a markdown report lands in the run dir.
+
+`run_evaluation(rt)` is the body: the `evaluate` flow runs it on a Runtime of its own,
+and the flywheel runs it inside the loop on the run's engine (flows/flywheel.py), where
+it also keeps the best version (storage/policies.py) and can stop the run early.
 """
 
 from __future__ import annotations
 
-import duckdb
+import time
+
 from prefect import flow, get_run_logger
 
+from flywheel import eval_report
 from flywheel.config import FlywheelConfig
 from flywheel.reporting import artifact_key
 from flywheel.results import EvalResult
 from flywheel.runtime import Runtime
+from storage import evals
 from tasks.generate import generate
 from tasks.sample import sampled_levels
 from tasks.score import score
 
 EVAL_SEED = 20261130  # fixed: every evaluation sees the same held-out tasks
-
-METRICS_SQL = """
-WITH greedy_task AS (
-    SELECT domain, level, task_id, max((verdict = 'pass')::INT) AS solved, avg(reward) AS reward,
-           avg(num_turns) AS turns, sum(len(completion_token_ids)) AS tokens,
-           sum(num_tool_calls) AS calls,
-           sum(len(list_filter(steps, lambda s: s.action NOT LIKE '%"invalid"%'))) FILTER (WHERE num_tool_calls > 0)
-               AS valid_calls
-    FROM greedy GROUP BY ALL
-), sampled_task AS (
-    SELECT task_id, max((verdict = 'pass')::INT) AS solved_any FROM sampled GROUP BY task_id
-)
-SELECT g.domain, g.level, count(*) AS tasks,
-       round(avg(g.solved), 4) AS "pass@1",
-       round(avg(coalesce(s.solved_any, 0)), 4) AS "pass@k",
-       round(avg(g.reward), 4) AS mean_reward,
-       round(avg(g.turns), 2) AS mean_turns,
-       CASE WHEN sum(g.solved) > 0 THEN round(sum(g.tokens) / sum(g.solved), 1) END AS tokens_per_solved,
-       CASE WHEN sum(g.calls) > 0 THEN round(sum(g.valid_calls) / sum(g.calls), 4) END AS tool_call_validity
-FROM greedy_task g LEFT JOIN sampled_task s USING (task_id)
-GROUP BY g.domain, g.level ORDER BY g.domain, g.level
-"""
 
 
 def eval_tasks(domains, sampler, per_level: int):
@@ -54,6 +44,71 @@ def eval_tasks(domains, sampler, per_level: int):
     return tasks
 
 
+def suite_tasks(env, per_level: int):
+    """A suite's tasks: every row of a file, else `per_level` per level."""
+    if hasattr(env, "all_tasks"):
+        return env.all_tasks("eval")
+    return [t for level in env.levels for t in env.make_tasks("eval", level, EVAL_SEED, per_level)]
+
+
+def eval_groups(config: FlywheelConfig, domains) -> dict[str, list[str]]:
+    """Report groups: "held-out" (the sampled domains) and each suite on its own."""
+    held = [domains[s].name for s in config.sampler.domains]
+    return {"held-out": held, **{domains[s].name: [domains[s].name] for s in config.eval.suites}}
+
+
+def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | None = None) -> EvalResult:
+    """Evaluate the policy the engine holds (the run's current version); already-written
+    evaluations of that version are read back, not redone (a resumed run)."""
+    cfg = rt.config
+    per_level = tasks_per_level or cfg.eval.tasks_per_level
+    k = cfg.eval.k if k is None else k
+    t0 = time.monotonic()
+    version = rt.engine_version
+    tasks = eval_tasks(rt.domains, cfg.sampler, per_level)
+    for spec in cfg.eval.suites:
+        tasks += suite_tasks(rt.domains[spec], cfg.eval.suite_tasks_per_level)
+    modes = [("greedy", cfg.sampling.model_copy(update={"k": 1, "temperature": 0.0}))]
+    if k:
+        modes.append(("sampled", cfg.sampling.model_copy(update={"k": k})))
+    for mode, sampling in modes:
+        if rt.lake.has_evaluation(rt.run_id, version, mode, len(tasks) * sampling.k):
+            continue
+        ctx = rt.stage_context(-1, f"eval-{mode}", sampling)
+        rollouts = generate.with_options(task_run_name=f"eval-generate-{mode}")(rt, ctx, tasks)
+        trajectories = score.with_options(task_run_name=f"eval-score-{mode}")(rt, ctx, rollouts)
+        rt.lake.write_evaluation(rt.run_id, version, mode, trajectories)
+    by_group = eval_groups(cfg, rt.domains)
+    rt.lake.write_evaluation_groups(rt.run_id, version, by_group)
+    con = evals.connect(rt.lake, rt.run_id)
+    cells = eval_report.cells(con, version, k)
+    groups = eval_report.groups(cells, by_group)
+    comparisons = []
+    if version > 0 and rt.lake.has_evaluation(rt.run_id, 0, "greedy"):
+        comparisons = eval_report.compare(con, 0, con, version, by_group)
+    result = EvalResult(run_id=rt.run_id, policy_version=version, rows=cells, groups=groups,
+                        vs_base=[{"group": g, **p.as_dict()} for g, p in comparisons],
+                        k=k, wall_s=round(time.monotonic() - t0, 1))  # fmt: skip
+    _report(rt, result, comparisons)
+    return result
+
+
+def evaluate_and_track(rt: Runtime) -> tuple[EvalResult, bool]:
+    """Inside the loop: evaluate the engine's policy, note it against the best version
+    (kept, never pruned), redraw the curve; True when `eval.patience` says stop."""
+    cfg = rt.config.eval
+    result = run_evaluation(rt)
+    value = result.metric(cfg.metric)
+    stop = False
+    if value is not None:
+        best = rt.policies.record_evaluation(result.policy_version, cfg.metric, value)
+        stop = cfg.patience > 0 and best["stale"] >= cfg.patience
+    from flywheel.reporting import publish_eval_curve
+
+    publish_eval_curve(rt, eval_groups(rt.config, rt.domains))
+    return result, stop
+
+
 def _eval_run_name() -> str:
     from prefect.runtime import flow_run
 
@@ -63,42 +118,28 @@ def _eval_run_name() -> str:
 
 
 @flow(name="evaluate", flow_run_name=_eval_run_name)
-def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int = 8, k: int = 4) -> EvalResult:
-    """Evaluate the current policy of `config.run_id` (the base model for a new run)."""
+def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int | None = None,
+             k: int | None = None, version: str | None = None) -> EvalResult:  # fmt: skip
+    """Evaluate policy `version` of `config.run_id` (a number, "best", or by default the
+    current one; the base model for a new run)."""
     logger = get_run_logger()
     config = config.with_run_id()
     rt = Runtime(config, say=logger.info)
     try:
-        tasks = eval_tasks(rt.domains, config.sampler, tasks_per_level)
-        greedy_cfg = config.sampling.model_copy(update={"k": 1, "temperature": 0.0})
-        sampled_cfg = config.sampling.model_copy(update={"k": k})
-        version = rt.policy_version
-        tables = {}
-        for mode, sampling in (("greedy", greedy_cfg), ("sampled", sampled_cfg)):
-            ctx = rt.stage_context(-1, f"eval-{mode}", sampling)
-            rollouts = generate.with_options(task_run_name=f"eval-generate-{mode}")(rt, ctx, tasks)
-            trajectories = score.with_options(task_run_name=f"eval-score-{mode}")(rt, ctx, rollouts)
-            rt.lake.write_evaluation(rt.run_id, version, mode, trajectories)
-            tables[mode] = rt.lake.evaluations(rt.run_id, version, mode)  # metrics from what was stored
-        con = duckdb.connect()
-        con.register("greedy", tables["greedy"])
-        con.register("sampled", tables["sampled"])
-        cur = con.execute(METRICS_SQL)
-        names = [d[0].replace("pass@k", f"pass@{k}") for d in cur.description]
-        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        if version is not None:
+            wanted = rt.policies.best_version if version == "best" else int(str(version).lstrip("v"))
+            if wanted is None:
+                raise ValueError(f"run {rt.run_id} has no best version yet: no evaluation recorded one")
+            if wanted != rt.engine_version:
+                rt.load_policy_into_engine(wanted)
+        return run_evaluation(rt, tasks_per_level, k)
     finally:
         rt.close()
-    result = EvalResult(run_id=rt.run_id, policy_version=version, rows=rows)
-    _report(rt, result)
-    return result
 
 
-def _report(rt, result: EvalResult) -> None:
-    header = list(result.rows[0]) if result.rows else []
-    lines = [f"# Evaluation of {result.run_id}, policy v{result.policy_version}", ""]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in result.rows]
-    text = "\n".join(lines) + "\n"
+def _report(rt, result: EvalResult, comparisons) -> None:
+    title = f"Evaluation of {result.run_id}, policy v{result.policy_version}"
+    text = eval_report.markdown(title, result.rows, result.groups, comparisons, result.wall_s)
     (rt.run_dir / f"eval-v{result.policy_version}.md").write_text(text)
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact

@@ -18,8 +18,10 @@ from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
 
+from flows.evaluate import evaluate_and_track
 from flywheel.config import FlywheelConfig
 from flywheel.pipeline import UpdatePipeline
+from flywheel.progress import reporter
 from flywheel.reporting import by_domain_level, publish_cycle
 from flywheel.results import CycleSummary, FlywheelResult
 from flywheel.runtime import Runtime
@@ -94,31 +96,62 @@ def _flow_run_name() -> str:
 
 
 def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
-    """Run the cycles `cycles(rt)` names (decided once the runtime knows the run's state)."""
-    from flywheel.progress import reporter
-
+    """Run the cycles `cycles(rt)` names (decided once the runtime knows the run's state),
+    with the evaluations `eval` asks for around and between them."""
     logger = get_run_logger()
     logger.info("run %s in %s, lake %s", config.run_id, config.run_dir, config.lake_uri)
     _cold_start(config)  # here, so the one-cycle flow of scheduled deployments gets it too
     rt = Runtime(config, say=logger.info)
     updates = UpdatePipeline(rt, config.pipeline.max_policy_lag)
     summaries: list[CycleSummary] = []
+    evaluations: list = []
+    every, around = config.eval.every_n_cycles, config.eval.before_and_after
+
+    def evaluate_now() -> bool:
+        result, stop = evaluate_and_track(rt)
+        evaluations.append(result)
+        reporter().print(eval_line(result))
+        return stop
+
     try:
-        for cycle in cycles(rt):
+        todo = list(cycles(rt))
+        if todo and (around or every):
+            evaluate_now()  # the starting policy (read back, not redone, on resume)
+        for cycle in todo:
             summary = run_cycle(rt, cycle, updates)
             summaries.append(summary)
             logger.info("cycle %d: %s", cycle, json.dumps(summary.model_dump(exclude={"by_domain_level"})))
             reporter().print(summary.line())
             publish_cycle(rt, summary)
+            if every and (cycle + 1) % every == 0 and evaluate_now():
+                logger.info("early stop: %d evaluations without a new best (eval.patience)", config.eval.patience)
+                break
         updates.drain()
         for cycle, metrics in updates.take_metrics().items():
             logger.info("update of cycle %d (synced at the end): %s", cycle, json.dumps(metrics, default=str))
+        if todo and around and (not evaluations or evaluations[-1].policy_version != rt.engine_version):
+            evaluate_now()  # the last policy
     except BaseException:
         updates.abandon()
         raise
     finally:
         rt.close()
-    return FlywheelResult(run_id=config.run_id, run_dir=str(config.run_dir), lake_uri=config.lake_uri, cycles=summaries)
+    return FlywheelResult(run_id=config.run_id, run_dir=str(config.run_dir), lake_uri=config.lake_uri, cycles=summaries,
+                          evaluations=evaluations)  # fmt: skip
+
+
+def eval_line(result) -> str:
+    """One line per group: pass@1 with its interval, and the paired change since v0."""
+    change = {c["group"]: c for c in result.vs_base}
+    parts = []
+    for g in result.groups:
+        text = f"{g['group']} {g['pass@1']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}] n={g['n']}"
+        c = change.get(g["group"])
+        if c:
+            sign = "" if c["resolvable"] else ", not resolvable"
+            text += f" ({100 * c['diff']:+.1f} pts vs v0, CI {100 * c['ci_low']:+.1f} to {100 * c['ci_high']:+.1f}{sign})"
+        parts.append(text)
+    return f"eval of policy v{result.policy_version} ({result.wall_s:.0f}s): " + "; ".join(parts)
 
 
 @flow(name="flywheel", flow_run_name=_flow_run_name)

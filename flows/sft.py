@@ -171,6 +171,7 @@ def sft(
         version = rt.policy_version + 1
         export = trainer.export(rt.staging_dir(f"v{version}"))
         rt.record_update(rt.manifest["updated_cycle"], version, export)
+        rt.policies.pin("sft", version)  # the SFT-only policy stays, to compare RL against
     finally:
         rt.close()
     result = {"examples": len(examples), "quarantined": len(quarantined), "steps": len(losses),

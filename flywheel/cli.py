@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -11,74 +10,12 @@ from typing import Optional
 import typer
 
 import flywheel  # noqa: F401  (offline defaults)
+from flywheel.cli_common import checked_config, live_display, load_config, rich_table
+from flywheel.cli_eval import register_eval_commands
 from flywheel.cli_store import store_app
-from flywheel.config import FlywheelConfig, apply_overrides
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(store_app, name="store")
-
-
-def load_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
-    config = FlywheelConfig.from_yaml(config_file) if config_file else FlywheelConfig()
-    sets = list(overrides)
-    for key, value in flags.items():
-        if value is not None:
-            sets.append(f"{key}={json.dumps(value)}")
-    return apply_overrides(config, sets)
-
-
-def checked_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
-    """The config the command runs with (a fresh run id when none is given), or exit 2
-    naming what is wrong with it, its model path or its lake."""
-    try:
-        config = load_config(config_file, overrides, **flags).with_run_id()
-    except (ValueError, FileNotFoundError) as exc:
-        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
-        raise typer.Exit(2)
-    preflight(config)
-    return config
-
-
-@contextlib.contextmanager
-def progress_bars():
-    """Rich progress bars for the stages run inside (flywheel.progress), stopped after."""
-    from flywheel.progress import RichReporter, set_reporter
-
-    reporter = RichReporter()
-    set_reporter(reporter)
-    try:
-        yield reporter
-    finally:
-        reporter.stop()
-
-
-def preflight(config: FlywheelConfig) -> None:
-    """Fail in seconds, naming the model path, lake, domain, task file or reward function
-    at fault, before Prefect, vLLM and DeepSpeed start."""
-    from environments.registry import DomainError
-    from environments.reward_functions import RewardFunctionError, load
-    from flywheel.model_prep import ModelError
-    from flywheel.runtime import build_domains, check_inputs
-    from storage.lake import LakeError
-
-    try:
-        check_inputs(config, say=typer.echo)
-        build_domains(config)
-        load([(f.name, f.weight) for f in config.reward.functions])
-    except (ModelError, LakeError, DomainError, RewardFunctionError) as exc:
-        typer.secho(str(exc), fg="red", err=True)
-        raise typer.Exit(2)
-
-
-def rich_table(names: list[str], rows, title: str | None = None):
-    from rich.table import Table
-
-    table = Table(title=title)
-    for name in names:
-        table.add_column(str(name))
-    for row in rows:
-        table.add_row(*[str(v) for v in row])
-    return table
 
 
 @app.command()
@@ -90,6 +27,7 @@ def run(
     run_id: Optional[str] = typer.Option(None, help="Resume this run (default: a new run)."),
     config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
     set_: list[str] = typer.Option([], "--set", help="Override any config key: --set trainer.learning_rate=1e-5"),
+    verbose: bool = typer.Option(False, "--verbose", help="Show vLLM, DeepSpeed and Prefect output here too."),
 ):
     """Run the flywheel on the embedded default (or what the flags say)."""
     config = checked_config(
@@ -97,15 +35,19 @@ def run(
                               "store.endpoint": s3_endpoint, "run_id": run_id},
     )  # fmt: skip
     from flows.flywheel import flywheel as flywheel_flow
+    from flywheel.cli_eval import before_after
 
-    with progress_bars() as reporter:
-        reporter.print(f"[bold]flywheel[/] run [cyan]{config.run_id}[/] -> {config.run_dir}")
+    with live_display(config, verbose) as reporter:
+        reporter.print(f"[bold]flywheel[/] run [cyan]{config.run_id}[/] -> {config.run_dir} "
+                       f"(library output in {config.run_dir / 'log.txt'})")  # fmt: skip
         result = flywheel_flow(config)
-    total = sum(sum(c.stage_s.values()) for c in result.cycles)
-    reporter.print(
-        f"done: {len(result.cycles)} cycles, {total:.0f}s in stages; summaries in "
-        f"{config.run_dir / 'cycles.jsonl'}, curve in {config.run_dir / 'reward_curve.png'}"
-    )
+        total = sum(c.stage_s.get("cycle", 0.0) for c in result.cycles)
+        if len(result.evaluations) >= 2:
+            reporter.print(before_after(result.evaluations[0], result.evaluations[-1]))
+        reporter.print(
+            f"done: {len(result.cycles)} cycles, {total:.0f}s in stages; summaries in "
+            f"{config.run_dir / 'cycles.jsonl'}, curves in {config.run_dir}/reward_curve.png and eval_curve.png"
+        )
 
 
 @app.command()
@@ -118,35 +60,20 @@ def sft(
     learning_rate: float = typer.Option(1e-5),
     config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
     set_: list[str] = typer.Option([], "--set", help="Override any config key."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the libraries' output here too."),
 ):
     """SFT cold start: demonstrations (a file, the domains' references, else the run's own
     passing trajectories) become the run's next policy version."""
     config = checked_config(config_file, set_, run_id=run_id)
     from flows.sft import sft as sft_flow
 
-    with progress_bars():
+    with live_display(config, verbose) as reporter:
         result = sft_flow(config, data_path=data, references=references, epochs=epochs, batch_size=batch_size,
                           learning_rate=learning_rate)  # fmt: skip
-    typer.echo(json.dumps(result))
+        reporter.print(json.dumps(result))
 
 
-@app.command("eval")
-def eval_command(
-    run_id: Optional[str] = typer.Option(None, help="Evaluate this run's current policy (default: the base model)."),
-    model: Optional[str] = typer.Option(None, help="A local HF model dir (default: SmolLM2-135M-Instruct)."),
-    tasks_per_level: int = typer.Option(8, help="Held-out tasks per domain and level."),
-    k: int = typer.Option(4, help="Samples per task for pass@k."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
-    set_: list[str] = typer.Option([], "--set", help="Override any config key."),
-):
-    """Held-out evaluation: greedy pass@1 and pass@k per domain and level."""
-    config = checked_config(config_file, set_, **{"model.path": model, "run_id": run_id})
-    from flows.evaluate import evaluate
-
-    with progress_bars() as reporter:
-        result = evaluate(config, tasks_per_level=tasks_per_level, k=k)
-    names = list(result.rows[0]) if result.rows else []
-    reporter.print(rich_table(names, [r.values() for r in result.rows], f"{result.run_id} policy v{result.policy_version}"))
+register_eval_commands(app)
 
 
 @app.command()

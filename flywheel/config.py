@@ -159,9 +159,27 @@ class SamplerConfig(BaseModel):
 
 
 class EvalConfig(BaseModel):
+    """Held-out evaluation (flows/evaluate.py): the sampled domains' eval split, and suites
+    nobody here trained on, every pass@1 with its 95% interval."""
+
     files: list[str] = Field(
         [], description="Task files that are eval-only: every row is held out, and the lake refuses their tasks in training."
     )
+    suites: list[str] = Field(
+        ["humaneval", "code_transfer"],
+        description="Eval-only domains reported beside the held-out cells: humaneval, code_transfer, file:PATH, ...",
+    )
+    tasks_per_level: int = Field(
+        32, ge=1, description="Held-out tasks per sampled domain and level (32 x 4 domains x 3 levels: ~+/-5 points).",
+    )
+    suite_tasks_per_level: int = Field(20, ge=1, description="Tasks per level of a generated suite (a file suite: all).")
+    k: int = Field(0, ge=0, description="pass@k samples per task at the training temperature; 0: greedy pass@1 only.")
+    every_n_cycles: int = Field(0, ge=0, description="Evaluate the current policy every N cycles inside the run; 0: off.")
+    before_and_after: bool = Field(
+        True, description="A run evaluates its starting policy before its first cycle and its last one at the end.",
+    )
+    metric: str = Field("held-out", description="The group whose pooled pass@1 picks the best version (or a suite name).")
+    patience: int = Field(0, ge=0, description="Stop the run after N evaluations without a new best; 0: never.")
 
 
 class CurriculumConfig(BaseModel):

@@ -42,11 +42,12 @@ class Reporter:
 
 
 class RichReporter(Reporter):
-    def __init__(self) -> None:
+    def __init__(self, file=None) -> None:
+        """`file`: where to draw (the terminal flywheel/console.py kept aside); default stdout."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console()
+        self.console = Console(file=file)
         self.progress = Progress(
             TextColumn("[bold]{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=self.console, transient=False,

@@ -97,3 +97,55 @@ def publish_cycle(rt, summary) -> None:
         )  # fmt: skip
     except Exception as exc:  # reporting never stops the flywheel
         log.warning("could not publish Prefect artifacts: %s", exc)
+
+
+def eval_curve_png(points: dict[str, list[tuple[int, float, float, float]]], title: str) -> bytes:
+    """pass@1 per policy version, one line per group, with its 95% interval as bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    for group, rows in points.items():
+        xs, ys = [r[0] for r in rows], [r[1] for r in rows]
+        err = [[y - r[2] for y, r in zip(ys, rows)], [r[3] - y for y, r in zip(ys, rows)]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=group)
+    ax.set_xlabel("policy version")
+    ax.set_ylabel("greedy pass@1")
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def publish_eval_curve(rt, by_group: dict[str, list[str]]) -> None:
+    """Every evaluated version of the run, from the lake: runs/<id>/eval_curve.png and an
+    image artifact."""
+    from flywheel import eval_report
+    from storage import evals
+
+    con = evals.connect(rt.lake, rt.run_id)
+    versions = [v for (v,) in con.execute("SELECT DISTINCT policy_version FROM eval_cells ORDER BY 1").fetchall()]
+    points: dict[str, list] = {}
+    for v in versions:
+        for g in eval_report.groups(eval_report.cells(con, v), by_group):
+            points.setdefault(g["group"], []).append((v, g["pass@1"], g["ci_low"], g["ci_high"]))
+    if not points:
+        return
+    png = eval_curve_png(points, f"run {rt.run_id}: held-out and suites")
+    (rt.run_dir / "eval_curve.png").write_bytes(png)
+    try:
+        from prefect.artifacts import create_image_artifact
+        from prefect.context import FlowRunContext
+
+        if FlowRunContext.get() is not None:
+            data_url = "data:image/png;base64," + base64.b64encode(png).decode()
+            create_image_artifact(data_url, key=artifact_key(rt.run_id, "eval-curve"), description="pass@1 per version")
+    except Exception as exc:  # reporting never stops the flywheel
+        log.warning("could not publish the eval curve: %s", exc)

@@ -34,11 +34,31 @@ class CycleSummary(BaseModel):
         )
 
 
+class EvalResult(BaseModel):
+    run_id: str
+    policy_version: int
+    rows: list[dict]  # per cell: domain, level, n, solved, pass@1, ci_low, ci_high, [pass@k], mean_reward, ...
+    groups: list[dict] = []  # per group (held-out, each suite): n, solved, pass@1, ci_low, ci_high
+    vs_base: list[dict] = []  # per group, this version minus v0 on the same tasks: diff, ci_low, ci_high, resolvable
+    k: int = 0
+    wall_s: float = 0.0
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def metric(self, group: str) -> float | None:
+        """Pooled pass@1 of a group ("held-out" or a suite), None when not evaluated."""
+        return next((g["pass@1"] for g in self.groups if g["group"] == group), None)
+
+
 class FlywheelResult(BaseModel):
     run_id: str
     run_dir: str
     lake_uri: str
     cycles: list[CycleSummary]
+    evaluations: list[EvalResult] = []  # in the loop: the starting policy, every N cycles, the last one
 
     def frame(self):
         """One row per cycle: rewards, pass rate, and seconds per stage."""
@@ -56,14 +76,3 @@ class FlywheelResult(BaseModel):
         import pandas as pd
 
         return pd.DataFrame([{"cycle": c.cycle, **row} for c in self.cycles for row in c.by_domain_level])
-
-
-class EvalResult(BaseModel):
-    run_id: str
-    policy_version: int
-    rows: list[dict]  # domain, level, tasks, pass@1, pass@k, mean_reward, mean_turns, tokens_per_solved
-
-    def frame(self):
-        import pandas as pd
-
-        return pd.DataFrame(self.rows)

@@ -160,7 +160,12 @@ class Runtime:
         return self._engine_version if self._engine is not None else self.policy_version
 
     def load_policy_into_engine(self, version: int) -> None:
-        self.engine.load_weights(self.policies.hf_dir(version))
+        """Policy `version`'s weights into the engine (version 0: the base model)."""
+        hf = self.policies.hf_dir(version) if version else self.base_model
+        if hf is None:
+            pinned = self.policies.manifest.get("pinned", {})
+            raise ValueError(f"policy v{version} of run {self.run_id} has no weights left (pruned; pinned: {pinned})")
+        self.engine.load_weights(hf)
         self._engine_version = version
 
     @property

@@ -98,8 +98,22 @@ def stop_process(proc: subprocess.Popen, grace: float = 15) -> None:
         proc.wait()
 
 
+def _sigterm_is_an_interrupt() -> None:
+    """SIGTERM (a service manager, `kill`) stops the worker and the server as Ctrl-C does:
+    Python's default would end this process at once and leave both running, orphaned in
+    their own sessions."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def up(host: str = "127.0.0.1", port: int = 4200, worker: bool = True, say=print) -> None:
-    """Server, pool, deployments and (in the foreground) a worker; Ctrl-C stops all."""
+    """Server, pool, deployments and (in the foreground) a worker; Ctrl-C or SIGTERM
+    stops all."""
+    _sigterm_is_an_interrupt()
     api_url = f"http://{host}:{port}/api"
     env = prefect_env(api_url)
     run_dir = PROJECT_ROOT / "runs"
@@ -113,7 +127,7 @@ def up(host: str = "127.0.0.1", port: int = 4200, worker: bool = True, say=print
         say(f"Deployed prefect.yaml to work pool {POOL}. Start runs from the UI or with:")
         say("  PREFECT_API_URL=" + api_url + " prefect deployment run 'flywheel/flywheel-cpu'")
         if worker:
-            say("Worker running; Ctrl-C stops the worker and the server.")
+            say("Worker running; Ctrl-C (or SIGTERM) stops the worker and the server.")
             proc = start_worker(env)
             try:
                 proc.wait()

@@ -323,3 +323,35 @@ class Lake:
         path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet")
         with self.fs.open_input_file(path) as f:
             return pq.read_table(f)
+
+    def write_evaluation_groups(self, run_id: str, policy_version: int, groups: dict[str, list[str]]) -> None:
+        """Which domains each reported group pools ("held-out", each suite) for that evaluation."""
+        path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", "groups.json")
+        self._write_bytes(path, json.dumps(groups).encode())
+
+    def evaluation_groups(self, run_id: str, policy_version: int) -> dict[str, list[str]]:
+        path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", "groups.json")
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return {}
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read())
+
+    def has_evaluation(self, run_id: str, policy_version: int, mode: str, rows: int | None = None) -> bool:
+        """Whether that evaluation is written (with `rows` rows, when given: the same tasks)."""
+        path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet")
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return False
+        if rows is None:
+            return True
+        with self.fs.open_input_file(path) as f:
+            return pq.ParquetFile(f).metadata.num_rows == rows
+
+    def evaluation_files(self, run_id: str) -> list[tuple[str, str]]:
+        """(path, mode) of every evaluation file of a run."""
+        selector = pafs.FileSelector(self._path("evaluations", f"run={run_id}"), recursive=True, allow_not_found=True)
+        out = []
+        for info in self.fs.get_file_info(selector):
+            if info.type == pafs.FileType.File and info.base_name == "part-0.parquet":
+                mode = info.path.rsplit("/", 2)[-2].removeprefix("mode=")
+                out.append((info.path, mode))
+        return sorted(out)

@@ -13,7 +13,10 @@ another machine (or after the local copy was cleaned) downloads into a cache dir
 complete only once every file is there.
 
 Old versions are pruned after the manifest no longer points at them: only the current
-checkpoint is kept (it is 3x the weights), and the last `keep_hf` HF exports.
+checkpoint is kept (it is 3x the weights), and the last `keep_hf` HF exports, besides the
+pinned ones (`pinned`: the best version by the run's evaluation metric, the SFT policy),
+which are never pruned. `best` records that version, its metric and value, and how
+many evaluations since have not beaten it (`stale`, for early stopping).
 Not done: sharing one copy between runs, or garbage from a crash between upload and
 manifest (it is overwritten when that version is published again).
 """
@@ -76,10 +79,40 @@ class PolicyStore:
             self.manifest["versions"][str(version)] = entry
         self.manifest.update(version=version, updated_cycle=cycle, schema_version=1)
         pruned = self._prune_entries(version)
-        self.lake._write_bytes(self._manifest_path(), json.dumps(self.manifest, indent=1).encode())
+        self._write_manifest()
         for path in pruned:  # only now that no manifest points at them
             self.lake._delete_dir(self.lake._path(path))
         return self.manifest
+
+    def _write_manifest(self) -> None:
+        self.lake._write_bytes(self._manifest_path(), json.dumps(self.manifest, indent=1).encode())
+
+    def pin(self, name: str, version: int) -> None:
+        """Never prune `version`'s HF export while `name` points at it ("best", "sft")."""
+        self.manifest.setdefault("pinned", {})[name] = version
+        self._write_manifest()
+
+    def record_evaluation(self, version: int, metric: str, value: float) -> dict:
+        """Note `version`'s value of `metric`; returns the best record (version, metric,
+        value, stale: evaluations since it was set). A version noted before (a resumed
+        run evaluating it again) changes nothing; a higher value is the new best, pinned."""
+        best = self.manifest.get("best")
+        if best is not None and best.get("last_version") == version:
+            return best
+        if best is None or best["metric"] != metric or value > best["value"]:
+            best = {"version": version, "metric": metric, "value": value, "stale": 0}
+            self.manifest.setdefault("pinned", {})["best"] = version
+        else:
+            best["stale"] += 1
+        best["last_version"] = version
+        self.manifest["best"] = best
+        self._write_manifest()
+        return best
+
+    @property
+    def best_version(self) -> int | None:
+        best = self.manifest.get("best")
+        return None if best is None else best["version"]
 
     def _put(self, src: Path, dest: str, cache_version: int | None) -> str:
         """Move a staged dir into the lake; returns its path relative to the lake root."""
@@ -100,14 +133,15 @@ class PolicyStore:
         return dest[len(self.lake.root) + 1 :]
 
     def _prune_entries(self, current: int) -> list[str]:
-        """Drop old checkpoints and HF dirs from the manifest; returns paths to delete."""
+        """Drop old checkpoints and unpinned HF dirs from the manifest; returns paths to delete."""
         pruned = []
+        pinned = set(self.manifest.get("pinned", {}).values())
         for key, entry in self.manifest["versions"].items():
             v = int(key)
             if v != current and entry.get("checkpoint"):
                 pruned.append(entry.pop("checkpoint"))
                 entry.pop("tag", None)
-            if v <= current - self.keep_hf and entry.get("hf"):
+            if v <= current - self.keep_hf and v not in pinned and entry.get("hf"):
                 pruned.append(entry.pop("hf"))
                 shutil.rmtree(self._cache_path(v).parent, ignore_errors=True)
         return pruned

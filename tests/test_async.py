@@ -22,7 +22,7 @@ def run(tiny_model, prefect_server, tmp_path_factory):
         sampler={"tasks_per_cycle": 2, "levels": [1], "domains": ["code", "math"]},
         sampling={"k": 2, "max_tokens": 16},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
-        pipeline={"max_policy_lag": 1},
+        pipeline={"max_policy_lag": 1}, eval={"before_and_after": False},
     )  # fmt: skip
     result = flywheel(cfg)
     from storage.lake import Lake

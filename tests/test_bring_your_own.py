@@ -62,6 +62,7 @@ def run(plugin, tiny_model, prefect_server, tmp_path_factory):
         sampling={"k": 2, "max_tokens": 24}, replay={"enabled": False},
         reward={"functions": [{"name": "reverse_rewards:brevity", "weight": 0.5}]},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
+        eval={"before_and_after": False},
     )  # fmt: skip
     result = flywheel(cfg)
     from storage.lake import Lake

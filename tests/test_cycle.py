@@ -29,6 +29,10 @@ def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
         # on them anyway with weight decay, so the update really changes the weights and
         # the sync check compares a changed policy.
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
+        # evaluated inside the loop: before cycle 0 and after each cycle, on one held-out
+        # task per domain and level and one per level of code_transfer (HumanEval's own data
+        # goes through the sandbox in tests/test_task_files.py)
+        eval={"every_n_cycles": 1, "tasks_per_level": 1, "suites": ["code_transfer"], "suite_tasks_per_level": 1},
     )  # fmt: skip
     result = flywheel(cfg)
     from storage.lake import Lake
@@ -93,6 +97,66 @@ def test_update_changed_the_policy_and_synced_the_engine(run, tiny_model):
     old = load_file(f"{tiny_model}/model.safetensors")
     key = "model.layers.0.mlp.down_proj.weight"
     assert (new[key] - old[key]).abs().max() > 1e-4  # decay alone moves each weight ~1%
+
+
+def test_evaluations_inside_the_loop_keep_the_best_version(run):
+    """eval.every_n_cycles: v0, v1 and v2 evaluated on the same tasks, in the S3 lake, with
+    intervals; the best version by held-out pass@1 pinned in the manifest; the curve drawn."""
+    from storage import evals
+    from storage.policies import PolicyStore
+
+    cfg, _, lake = run
+    con = evals.connect(lake, "it")
+    rows = con.execute("SELECT policy_version, domain, sum(tasks) FROM eval_cells WHERE mode = 'greedy' "
+                       "GROUP BY ALL ORDER BY ALL").fetchall()  # fmt: skip
+    by_version = {}
+    for v, d, n in rows:
+        by_version.setdefault(v, {})[d] = n
+    assert sorted(by_version) == [0, 1, 2]
+    for v, cells in by_version.items():
+        assert cells["code_transfer"] == 3 and cells["code"] == 3, (v, cells)
+        assert set(cells) == {*DOMAINS, "code_transfer"}
+    tasks = [set(t for (t,) in con.execute("SELECT task_id FROM eval_tasks WHERE policy_version = ?", [v]).fetchall())
+             for v in (0, 1, 2)]  # fmt: skip
+    assert tasks[0] == tasks[1] == tasks[2]  # the same tasks every time: versions compare pairwise
+    assert lake.evaluation_groups("it", 2)["held-out"] == DOMAINS
+    manifest = PolicyStore(lake, "it", cfg.run_dir / "policy-cache").manifest
+    best = manifest["best"]
+    assert best["metric"] == "held-out" and best["version"] in (0, 1, 2) and manifest["pinned"]["best"] == best["version"]
+    report = (cfg.run_dir / "eval-v2.md").read_text()
+    assert "95% Wilson" in report and "| held-out |" in report and "vs" not in report.splitlines()[0]
+    assert (cfg.run_dir / "eval_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_export_writes_a_dir_vllm_serves(run, tmp_path):
+    """`flywheel export --version best` (weights from S3): a standalone HF dir with its
+    chat template and a model card of its evaluation, which vLLM loads and samples from."""
+    from typer.testing import CliRunner
+
+    from flywheel.cli import app
+    from flywheel.config import EngineConfig
+    from policy.chat import encode_chat
+    from policy.engines import SamplingSpec
+    from policy.engines.vllm_engine import VLLMEngine
+
+    cfg, _, lake = run
+    out = tmp_path / "exported"
+    res = CliRunner().invoke(app, ["export", "--run-id", "it", "--version", "2", "--to", str(out),
+                                   "--runs-dir", cfg.runs_dir, "--store", cfg.lake_uri,
+                                   "--s3-endpoint", cfg.store.endpoint])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    card = (out / "README.md").read_text()
+    assert "policy v2" in card and "| code_transfer |" in card and "Paired differences" in card
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.chat_template
+    engine = VLLMEngine(str(out), EngineConfig(max_model_len=512), seed=1)
+    try:
+        (samples,) = engine.generate([encode_chat(tok, [{"role": "user", "content": "hi"}])], SamplingSpec(n=1, max_tokens=4))
+        assert samples[0].token_ids
+    finally:
+        engine.close()
 
 
 def test_failures_of_cycle_0_reappear_in_cycle_1(run):

@@ -38,6 +38,7 @@ def test_deploy_and_run_from_a_real_server(tmp_path, tiny_model):
             "run_id": "deployed", "runs_dir": str(runs_dir), "cycles": 1,
             "model": {"path": tiny_model}, "engine": {"max_model_len": 512},
             "sampler": {"tasks_per_cycle": 2}, "sampling": {"k": 2, "max_tokens": 16},
+            "eval": {"before_and_after": False},
         }  # fmt: skip
         srv.run_prefect(["deployment", "run", "flywheel/flywheel-cpu", "--params", json.dumps({"config": config})], env)
         worker = srv.start_worker(env, run_once=True, log_path=tmp_path / "worker.log")

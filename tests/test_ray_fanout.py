@@ -99,7 +99,7 @@ def make_config(tiny_model, seaweedfs, tmp_path, run_id, **fanout):
         store={"uri": f"s3://flywheel-test/fanout-{run_id}", "endpoint": seaweedfs},
         engine={"backend": "hf", "max_model_len": 1024},
         sampling={"k": 2, "max_tokens": 8, "max_turns": 2},
-        sandbox={"concurrency": 2}, fanout={"backend": "ray", "shards": 2, **fanout},
+        sandbox={"concurrency": 2}, fanout={"backend": "ray", "shards": 2, **fanout}, eval={"before_and_after": False},
     )  # fmt: skip
 
 
@@ -297,7 +297,7 @@ def test_a_cycle_from_the_cli_on_a_local_ray(tiny_model, seaweedfs, tmp_path):
     sets = ["engine.backend=hf", "engine.max_model_len=1024", "sampling.k=2", "sampling.max_tokens=8",
             "sampling.max_turns=2", "sampler.tasks_per_cycle=4", "sampler.domains=[math, code]",
             "sandbox.concurrency=2", "fanout.backend=ray", "fanout.shards=2", f"runs_dir={tmp_path}",
-            "trainer.drop_zero_variance_groups=false"]  # fmt: skip
+            "trainer.drop_zero_variance_groups=false", "eval.before_and_after=false"]  # fmt: skip
     cmd = [sys.executable, "-m", "flywheel.cli", "run", "--model", tiny_model, "--cycles", "1", "--run-id", "cli",
            "--store", "s3://flywheel-test/fanout-cli", "--s3-endpoint", seaweedfs]  # fmt: skip
     for s in sets:
@@ -309,6 +309,7 @@ def test_a_cycle_from_the_cli_on_a_local_ray(tiny_model, seaweedfs, tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 0, out[-4000:]
+    out += (tmp_path / "cli" / "log.txt").read_text()  # the libraries' output goes to the run's log
     assert not gone_within(30, lambda: ray_processes_of(proc.pid))  # the run's own Ray stopped with the run
     assert out.count("Starting temporary server") == 1, out[-4000:]
     assert "Started a local Ray instance" in out and "rollouts-shard 2/2" in out and "score_rollouts-shard 2/2" in out

@@ -87,6 +87,7 @@ def test_cold_start_runs_once_before_the_first_cycle(tiny_model, tmp_path, prefe
         sampling={"k": 2, "max_tokens": 8},
         trainer={"drop_zero_variance_groups": False},
         cold_start={"references": 2, "epochs": 1, "batch_size": 2, "learning_rate": 1e-3},
+        eval={"before_and_after": False},
     )  # fmt: skip
     first = flywheel(cfg)
     lake = Lake(cfg.lake_uri)
@@ -97,3 +98,4 @@ def test_cold_start_runs_once_before_the_first_cycle(tiny_model, tmp_path, prefe
     assert [s.cycle for s in first.cycles] == [0] and [s.cycle for s in again.cycles] == [0, 1]  # 0 found done
     manifest = PolicyStore(lake, "cold", cfg.run_dir / "policy-cache").manifest
     assert manifest["version"] == 3 and manifest["versions"]["3"]["cycle"] == 1  # no second SFT
+    assert manifest["pinned"] == {"sft": 1} and manifest["versions"]["1"].get("hf")  # the SFT-only policy is kept

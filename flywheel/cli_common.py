@@ -1,0 +1,83 @@
+"""What the CLI commands share: the config they run with (checked in seconds, before
+Prefect, vLLM and DeepSpeed start), and the terminal they draw on."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from flywheel.config import FlywheelConfig, apply_overrides
+
+
+def load_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
+    config = FlywheelConfig.from_yaml(config_file) if config_file else FlywheelConfig()
+    sets = list(overrides)
+    for key, value in flags.items():
+        if value is not None:
+            sets.append(f"{key}={json.dumps(value)}")
+    return apply_overrides(config, sets)
+
+
+def checked_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
+    """The config the command runs with (a fresh run id when none is given), or exit 2
+    naming what is wrong with it, its model path or its lake."""
+    try:
+        config = load_config(config_file, overrides, **flags).with_run_id()
+    except (ValueError, FileNotFoundError) as exc:
+        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
+        raise typer.Exit(2)
+    preflight(config)
+    return config
+
+
+@contextlib.contextmanager
+def live_display(config: FlywheelConfig | None = None, verbose: bool = False, log_name: str = "log.txt"):
+    """The stages' progress bars and the summaries on the terminal; with a config, the
+    libraries' output goes to <run dir>/<log_name> (unless `verbose`) and Ctrl-C or
+    SIGTERM stop the run cleanly (flywheel/console.py)."""
+    from flywheel.console import run_console
+    from flywheel.progress import RichReporter, set_reporter
+
+    with contextlib.ExitStack() as stack:
+        terminal = None
+        if config is not None:
+            terminal = stack.enter_context(run_console(config.run_dir / log_name, verbose))
+        reporter = RichReporter(terminal)
+        set_reporter(reporter)
+        try:
+            yield reporter
+        finally:
+            reporter.stop()
+
+
+def preflight(config: FlywheelConfig) -> None:
+    """Fail in seconds, naming the model path, lake, domain, task file or reward function
+    at fault, before Prefect, vLLM and DeepSpeed start."""
+    from environments.registry import DomainError
+    from environments.reward_functions import RewardFunctionError, load
+    from flywheel.model_prep import ModelError
+    from flywheel.runtime import build_domains, check_inputs
+    from storage.lake import LakeError
+
+    try:
+        check_inputs(config, say=typer.echo)
+        build_domains(config)
+        load([(f.name, f.weight) for f in config.reward.functions])
+    except (ModelError, LakeError, DomainError, RewardFunctionError) as exc:
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(2)
+
+
+def rich_table(names: list[str], rows, title: str | None = None):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in names:
+        table.add_column(str(name))
+    for row in rows:
+        table.add_row(*[str(v) for v in row])
+    return table

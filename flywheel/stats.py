@@ -1,0 +1,98 @@
+"""Intervals for every number an evaluation reports, and the paired comparison of two policies.
+
+- `wilson(k, n)`: the Wilson score interval of a pass rate k/n (95%), which stays inside
+  [0, 1] and is honest at 0/n and n/n, where the normal approximation says +/- 0.
+- `paired(a, b)`: two policies scored on the *same* tasks (dicts task_id -> 0/1 or a
+  reward); the mean difference b - a with a percentile bootstrap interval over tasks
+  (resampling tasks keeps the pairing, so task difficulty cancels), and whether it is
+  resolvable: an interval that spans 0 is reported as "no resolvable difference".
+  Cells (domain, level) are resampled within themselves when given, so the mix of cells
+  stays that of the evaluation.
+Deterministic: the bootstrap draws from a seeded generator.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+Z95 = 1.959963984540054
+
+
+def wilson(k: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """(low, high) of the 95% Wilson interval for k successes in n trials."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if k <= 0 else low, 1.0 if k >= n else high)  # exact at the ends, not 1 - 1e-16
+
+
+@dataclass(frozen=True)
+class Paired:
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: float  # mean of b - a
+    low: float
+    high: float
+
+    @property
+    def resolvable(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def as_dict(self) -> dict:
+        return {"n": self.n, "a": round(self.mean_a, 4), "b": round(self.mean_b, 4), "diff": round(self.diff, 4),
+                "ci_low": round(self.low, 4), "ci_high": round(self.high, 4), "resolvable": self.resolvable}  # fmt: skip
+
+    def describe(self, unit: float = 100.0, label: str = "points") -> str:
+        d, lo, hi = self.diff * unit, self.low * unit, self.high * unit
+        verdict = "" if self.resolvable else "; no resolvable difference"
+        return f"{d:+.1f} {label} (95% CI {lo:+.1f} to {hi:+.1f}, n={self.n} paired tasks{verdict})"
+
+
+def paired(a: dict, b: dict, cells: dict | None = None, rounds: int = 10_000, seed: int = 0) -> Paired:
+    """b - a over the tasks both scored. `cells`: task_id -> cell, resampled within."""
+    ids = sorted(set(a) & set(b))
+    if not ids:
+        raise ValueError("the two evaluations share no task: compare policies on the same tasks")
+    diffs = {i: float(b[i]) - float(a[i]) for i in ids}
+    groups: dict = {}
+    for i in ids:
+        groups.setdefault(cells.get(i) if cells else None, []).append(diffs[i])
+    rng = random.Random(seed)
+    means = []
+    for _ in range(rounds):
+        total = 0.0
+        for values in groups.values():
+            total += sum(values[rng.randrange(len(values))] for _ in values)
+        means.append(total / len(ids))
+    means.sort()
+    lo, hi = means[int(0.025 * rounds)], means[min(rounds - 1, int(0.975 * rounds))]
+    mean = sum(diffs.values()) / len(ids)
+    return Paired(len(ids), sum(float(a[i]) for i in ids) / len(ids), sum(float(b[i]) for i in ids) / len(ids),
+                  mean, lo, hi)  # fmt: skip
+
+
+def unpaired(a: list[float], b: list[float], rounds: int = 10_000, seed: int = 0) -> Paired:
+    """mean(b) - mean(a) for independent samples (e.g. runs of different seeds), with a
+    percentile bootstrap interval resampling each side on its own."""
+    if not a or not b:
+        raise ValueError("both sides need at least one value")
+    rng = random.Random(seed)
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    means = sorted(
+        sum(b[rng.randrange(len(b))] for _ in b) / len(b) - sum(a[rng.randrange(len(a))] for _ in a) / len(a)
+        for _ in range(rounds)
+    )
+    return Paired(min(len(a), len(b)), ma, mb, mb - ma, means[int(0.025 * rounds)],
+                  means[min(rounds - 1, int(0.975 * rounds))])  # fmt: skip
+
+
+def interval_text(k: float, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{k / n if n else 0:.3f} [{lo:.3f}, {hi:.3f}]"

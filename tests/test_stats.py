@@ -1,0 +1,44 @@
+"""The statistics every evaluation reports: Wilson intervals and paired bootstrap differences."""
+
+import random
+
+import pytest
+
+from flywheel.stats import paired, unpaired, wilson
+
+
+def test_wilson_matches_known_values_and_stays_in_bounds():
+    lo, hi = wilson(8, 16)
+    assert (round(lo, 4), round(hi, 4)) == (0.28, 0.72)  # the textbook 95% Wilson interval for 8/16
+    assert wilson(0, 10)[0] == 0.0 and 0.25 < wilson(0, 10)[1] < 0.35  # not "0 +/- 0"
+    assert wilson(10, 10)[1] == 1.0 and wilson(10, 10)[0] > 0.65
+    assert wilson(0, 0) == (0.0, 1.0)
+    half_width = [(wilson(n // 2, n)[1] - wilson(n // 2, n)[0]) / 2 for n in (16, 100, 400)]
+    assert half_width[0] > 0.2 and 0.09 < half_width[1] < 0.1 and half_width[2] < 0.05
+
+
+def test_paired_difference_resolves_a_real_gain_and_not_noise():
+    rng = random.Random(1)
+    ids = [f"t{i}" for i in range(200)]
+    a = {i: int(rng.random() < 0.3) for i in ids}
+    better = {i: max(a[i], int(rng.random() < 0.3)) for i in ids}  # solves what a solved, and more
+    d = paired(a, better)
+    assert d.resolvable and d.low > 0 and d.n == 200 and "no resolvable" not in d.describe()
+    same = {i: a[i] if rng.random() < 0.9 else 1 - a[i] for i in ids}  # a few flips both ways
+    noise = paired(a, same)
+    assert noise.low < 0 < noise.high and "no resolvable difference" in noise.describe()
+
+
+def test_paired_uses_only_shared_tasks_and_cells_stratify():
+    a = {"x": 1, "y": 0, "z": 1}
+    b = {"x": 1, "y": 1, "w": 0}
+    d = paired(a, b, cells={"x": "c1", "y": "c2"})
+    assert d.n == 2 and d.diff == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="share no task"):
+        paired({"a": 1}, {"b": 1})
+
+
+def test_unpaired_for_runs_of_different_seeds():
+    d = unpaired([0.30, 0.32, 0.31], [0.40, 0.42, 0.41])
+    assert d.resolvable and d.diff == pytest.approx(0.1)
+    assert not unpaired([0.3, 0.5, 0.1], [0.32, 0.12, 0.5]).resolvable
