@@ -22,7 +22,7 @@ import random
 import re
 
 from environments.audit import audit_python
-from environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score
+from environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
 from environments.harness import harness_job, read_report
 from environments.sandbox import ExecResult
 
@@ -43,17 +43,18 @@ def _word(rng, alphabet="abcde", lo=3, hi=10):
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(lo, hi)))
 
 
-# Each family: rng -> (content key, signature, docstring, reference fn, input generator)
+# Each family: rng -> (content key, signature, docstring, reference fn, input generator,
+# the reference's body as source: the SFT reference reply; tests check it agrees with fn)
 def affine(rng):
     a, b = rng.randint(2, 9), rng.randint(-10, 10)
     doc = f"Return {a} times x plus {b}."
-    return f"affine{a},{b}", "x: int", doc, lambda x: a * x + b, lambda r: (r.randint(-50, 50),)
+    return f"affine{a},{b}", "x: int", doc, lambda x: a * x + b, lambda r: (r.randint(-50, 50),), f"return {a} * x + {b}"
 
 
 def count_char(rng):
     c = rng.choice("abcde")
     doc = f"Return how many times the letter {c!r} occurs in s."
-    return f"count{c}", "s: str", doc, lambda s: s.count(c), lambda r: (_word(r),)
+    return f"count{c}", "s: str", doc, lambda s: s.count(c), lambda r: (_word(r),), f"return s.count({c!r})"
 
 
 def join_words(rng):
@@ -61,7 +62,7 @@ def join_words(rng):
     doc = f"Join the strings in words with {sep!r} between them."
     return f"join{sep}", "words: list[str]", doc, lambda w: sep.join(w), lambda r: (
         [_word(r, "xyzw", 1, 4) for _ in range(r.randint(1, 5))],
-    )
+    ), f"return {sep!r}.join(words)"
 
 
 def sum_multiples(rng):
@@ -69,7 +70,7 @@ def sum_multiples(rng):
     doc = f"Return the sum of the numbers in nums that are divisible by {k}."
     return f"summult{k}", "nums: list[int]", doc, lambda xs: sum(x for x in xs if x % k == 0), lambda r: (
         _ints(r),
-    )
+    ), f"return sum(x for x in nums if x % {k} == 0)"
 
 
 def clamp_all(rng):
@@ -78,7 +79,7 @@ def clamp_all(rng):
     doc = f"Return a new list where each number in nums is clamped to the range [{lo}, {hi}]."
     return f"clamp{lo},{hi}", "nums: list[int]", doc, lambda xs: [min(max(x, lo), hi) for x in xs], lambda r: (
         _ints(r),
-    )
+    ), f"return [min(max(x, {lo}), {hi}) for x in nums]"
 
 
 def shift_letters(rng):
@@ -88,7 +89,8 @@ def shift_letters(rng):
     def ref(s):
         return "".join(chr((ord(ch) - 97 + k) % 26 + 97) if "a" <= ch <= "z" else ch for ch in s)
 
-    return f"shift{k}", "s: str", doc, ref, lambda r: (_word(r, "abcxyz -", 2, 10),)
+    body = f"return ''.join(chr((ord(ch) - 97 + {k}) % 26 + 97) if 'a' <= ch <= 'z' else ch for ch in s)"
+    return f"shift{k}", "s: str", doc, ref, lambda r: (_word(r, "abcxyz -", 2, 10),), body
 
 
 def run_length(rng):
@@ -108,7 +110,9 @@ def run_length(rng):
             i = j
         return "".join(out)
 
-    return f"rle{sep}", "s: str", doc, ref, lambda r: (_word(r, "aab", 0, 9),)
+    body = (f"out, i = [], 0\nwhile i < len(s):\n    j = i\n    while j < len(s) and s[j] == s[i]:\n        j += 1\n"
+            f"    out.append(s[i] + {sep!r} + str(j - i))\n    i = j\nreturn ''.join(out)")
+    return f"rle{sep}", "s: str", doc, ref, lambda r: (_word(r, "aab", 0, 9),), body
 
 
 def kth_distinct(rng):
@@ -119,7 +123,8 @@ def kth_distinct(rng):
         d = sorted(set(xs))
         return d[k - 1] if len(d) >= k else -1
 
-    return f"kth{k}", "nums: list[int]", doc, ref, lambda r: (_ints(r, 0, 7, -5, 5),)
+    body = f"distinct = sorted(set(nums))\nreturn distinct[{k - 1}] if len(distinct) >= {k} else -1"
+    return f"kth{k}", "nums: list[int]", doc, ref, lambda r: (_ints(r, 0, 7, -5, 5),), body
 
 
 def fizz_words(rng):
@@ -136,7 +141,10 @@ def fizz_words(rng):
             for i in range(1, n + 1)
         ]
 
-    return f"fizz{a},{b},{w1},{w2}", "n: int", doc, ref, lambda r: (r.randint(0, 16),)
+    body = (f"out = []\nfor i in range(1, n + 1):\n    if i % {a} == 0 and i % {b} == 0:\n        out.append({w1 + w2!r})\n"
+            f"    elif i % {a} == 0:\n        out.append({w1!r})\n    elif i % {b} == 0:\n        out.append({w2!r})\n"
+            "    else:\n        out.append(str(i))\nreturn out")
+    return f"fizz{a},{b},{w1},{w2}", "n: int", doc, ref, lambda r: (r.randint(0, 16),), body
 
 
 FAMILIES = {
@@ -170,7 +178,7 @@ class CodeSynthesis(GeneratedTasks, SandboxEnvironment):
 
     def generate(self, level, rng):
         family = rng.choice(self.families[level])
-        key, params, doc, ref, make_input = family(rng)
+        key, params, doc, ref, make_input, *body = family(rng)
         entry = _name(rng, family.__name__.split("_")[0])
         inputs: list[tuple] = []
         seen: set[str] = set()
@@ -194,10 +202,15 @@ class CodeSynthesis(GeneratedTasks, SandboxEnvironment):
             {"role": "system", "content": "You are a careful Python programmer."},
             {"role": "user", "content": user},
         ]
-        return Draft(
-            f"{family.__name__}:{key}:{entry}", prompt, setup={"entry": entry, "tools": []},
-            verifier={"entry": entry, "tests": hidden},
-        )
+        verifier = {"entry": entry, "tests": hidden}
+        if body:  # the reference reply: the function written out
+            lines = "\n".join("    " + ln for ln in body[0].splitlines())
+            verifier["reference"] = f"def {entry}({params}):\n{lines}\n"
+        return Draft(f"{family.__name__}:{key}:{entry}", prompt, setup={"entry": entry, "tools": []}, verifier=verifier)
+
+    def reference(self, task):
+        source = json.loads(task.verifier_json).get("reference")
+        return reply(f"```python\n{source}```") if source else None
 
     def job(self, task, completion):
         verifier = json.loads(task.verifier_json)

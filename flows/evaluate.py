@@ -51,22 +51,25 @@ def suite_tasks(env, per_level: int):
     return [t for level in env.levels for t in env.make_tasks("eval", level, EVAL_SEED, per_level)]
 
 
-def eval_groups(config: FlywheelConfig, domains) -> dict[str, list[str]]:
+def eval_groups(config: FlywheelConfig, domains, suites: list[str] | None = None) -> dict[str, list[str]]:
     """Report groups: "held-out" (the sampled domains) and each suite on its own."""
     held = [domains[s].name for s in config.sampler.domains]
-    return {"held-out": held, **{domains[s].name: [domains[s].name] for s in config.eval.suites}}
+    suites = config.eval.suites if suites is None else suites
+    return {"held-out": held, **{domains[s].name: [domains[s].name] for s in suites}}
 
 
-def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | None = None) -> EvalResult:
+def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | None = None,
+                   suites: list[str] | None = None) -> EvalResult:  # fmt: skip
     """Evaluate the policy the engine holds (the run's current version); already-written
     evaluations of that version are read back, not redone (a resumed run)."""
     cfg = rt.config
     per_level = tasks_per_level or cfg.eval.tasks_per_level
     k = cfg.eval.k if k is None else k
+    suites = cfg.eval.suites if suites is None else suites
     t0 = time.monotonic()
     version = rt.engine_version
     tasks = eval_tasks(rt.domains, cfg.sampler, per_level)
-    for spec in cfg.eval.suites:
+    for spec in suites:
         tasks += suite_tasks(rt.domains[spec], cfg.eval.suite_tasks_per_level)
     modes = [("greedy", cfg.sampling.model_copy(update={"k": 1, "temperature": 0.0}))]
     if k:
@@ -78,7 +81,7 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
         rollouts = generate.with_options(task_run_name=f"eval-generate-{mode}")(rt, ctx, tasks)
         trajectories = score.with_options(task_run_name=f"eval-score-{mode}")(rt, ctx, rollouts)
         rt.lake.write_evaluation(rt.run_id, version, mode, trajectories)
-    by_group = eval_groups(cfg, rt.domains)
+    by_group = eval_groups(cfg, rt.domains, suites)
     rt.lake.write_evaluation_groups(rt.run_id, version, by_group)
     con = evals.connect(rt.lake, rt.run_id)
     cells = eval_report.cells(con, version, k)
@@ -97,7 +100,8 @@ def evaluate_and_track(rt: Runtime) -> tuple[EvalResult, bool]:
     """Inside the loop: evaluate the engine's policy, note it against the best version
     (kept, never pruned), redraw the curve; True when `eval.patience` says stop."""
     cfg = rt.config.eval
-    result = run_evaluation(rt)
+    suites = rt.config.eval.suites if cfg.in_run_suites else []
+    result = run_evaluation(rt, cfg.in_run_tasks_per_level, suites=suites)
     value = result.metric(cfg.metric)
     stop = False
     if value is not None:
@@ -105,7 +109,7 @@ def evaluate_and_track(rt: Runtime) -> tuple[EvalResult, bool]:
         stop = cfg.patience > 0 and best["stale"] >= cfg.patience
     from flywheel.reporting import publish_eval_curve
 
-    publish_eval_curve(rt, eval_groups(rt.config, rt.domains))
+    publish_eval_curve(rt, eval_groups(rt.config, rt.domains, suites))
     return result, stop
 
 

@@ -100,6 +100,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
     with the evaluations `eval` asks for around and between them."""
     logger = get_run_logger()
     logger.info("run %s in %s, lake %s", config.run_id, config.run_dir, config.lake_uri)
+    t_start = time.monotonic()
     _cold_start(config)  # here, so the one-cycle flow of scheduled deployments gets it too
     rt = Runtime(config, say=logger.info)
     updates = UpdatePipeline(rt, config.pipeline.max_policy_lag)
@@ -118,6 +119,11 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
         if todo and (around or every):
             evaluate_now()  # the starting policy (read back, not redone, on resume)
         for cycle in todo:
+            minutes = (time.monotonic() - t_start) / 60
+            if config.max_wall_minutes and minutes >= config.max_wall_minutes:
+                logger.info("max_wall_minutes: %.1f minutes gone, no cycle %d", minutes, cycle)
+                reporter().print(f"wall-time budget of {config.max_wall_minutes:g} min reached before cycle {cycle}")
+                break
             summary = run_cycle(rt, cycle, updates)
             summaries.append(summary)
             logger.info("cycle %d: %s", cycle, json.dumps(summary.model_dump(exclude={"by_domain_level"})))

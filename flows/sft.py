@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -133,10 +134,12 @@ def sft(
     epochs: int = 1,
     batch_size: int = 16,
     learning_rate: float = 1e-5,
+    max_minutes: float = 0.0,
 ) -> dict:
     """Fine-tune the run's current policy on demonstrations (data_path; else `references`
     reference replies per domain and level; else the run's passing trajectories); the
-    result becomes the run's next policy version."""
+    result becomes the run's next policy version. `max_minutes` > 0 ends the training
+    after the step that passes it (an SFT budget equal to another arm's wall time)."""
     logger = get_run_logger()
     config = config.with_run_id()
     config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"learning_rate": learning_rate})})
@@ -158,13 +161,15 @@ def sft(
                                   else "the lake of run " + rt.run_id)  # fmt: skip
             raise ValueError(f"no usable demonstrations in {where}")
         trainer = rt.get_trainer(start_engine=False)  # no engine in this flow
-        rng, losses = random.Random(config.seed), []
+        rng, losses, t_start = random.Random(config.seed), [], time.monotonic()
         samples = [TrainSample(p, c, mask, 0.0) for p, c, mask in examples]
         steps = epochs * -(-len(samples) // batch_size)
         with stage("sft", total=steps) as advance:
             for epoch in range(epochs):
                 rng.shuffle(samples)
                 for start in range(0, len(samples), batch_size):
+                    if max_minutes and time.monotonic() - t_start >= 60 * max_minutes:
+                        break
                     losses.append(trainer.step(samples[start : start + batch_size], objective="sft")["loss"])
                     logger.info("sft epoch %d step %d/%d: loss %.4f", epoch + 1, len(losses), steps, losses[-1])
                     advance()

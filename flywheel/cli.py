@@ -58,6 +58,7 @@ def sft(
     epochs: int = typer.Option(1),
     batch_size: int = typer.Option(16),
     learning_rate: float = typer.Option(1e-5),
+    max_minutes: float = typer.Option(0.0, help="Stop training after this many minutes (0: run every epoch)."),
     config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
     set_: list[str] = typer.Option([], "--set", help="Override any config key."),
     verbose: bool = typer.Option(False, "--verbose", help="Show the libraries' output here too."),
@@ -69,7 +70,7 @@ def sft(
 
     with live_display(config, verbose) as reporter:
         result = sft_flow(config, data_path=data, references=references, epochs=epochs, batch_size=batch_size,
-                          learning_rate=learning_rate)  # fmt: skip
+                          learning_rate=learning_rate, max_minutes=max_minutes)  # fmt: skip
         reporter.print(json.dumps(result))
 
 

@@ -53,10 +53,15 @@ def eval_command(
 
     with live_display(config, verbose) as reporter:
         result = evaluate(config, tasks_per_level=tasks_per_level, k=k, version=version)
-        title = f"{result.run_id} policy v{result.policy_version} ({result.wall_s:.0f} s)"
-        reporter.print(rich_table(list(result.groups[0]), [g.values() for g in result.groups], title))
-        names = list(result.rows[0]) if result.rows else []
-        reporter.print(rich_table(names, [r.values() for r in result.rows]))
+        title = f"{result.run_id} policy v{result.policy_version}: greedy pass@1, 95% Wilson intervals ({result.wall_s:.0f} s)"
+        ci = lambda r: f"{r['pass@1']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"  # noqa: E731
+        reporter.print(rich_table(["group", "n", "solved", "pass@1 [95% CI]"],
+                                  [(g["group"], g["n"], g["solved"], ci(g)) for g in result.groups], title))  # fmt: skip
+        extra = [c for c in (result.rows[0] if result.rows else {}) if c.startswith("pass@") and c != "pass@1"]
+        reporter.print(rich_table(["domain", "level", "n", "pass@1 [95% CI]", *extra, "mean reward"],
+                                  [(r["domain"], r["level"], r["n"], ci(r), *[r[c] for c in extra], r["mean_reward"])
+                                   for r in result.rows]))  # fmt: skip
+        reporter.print(f"all columns: {config.run_dir / f'eval-v{result.policy_version}.md'}")
         for c in result.vs_base:
             sign = "" if c["resolvable"] else " (no resolvable difference)"
             reporter.print(f"{c['group']} vs v0: {100 * c['diff']:+.1f} points, 95% CI {100 * c['ci_low']:+.1f} to "

@@ -26,18 +26,20 @@ import sys
 from pathlib import Path
 
 
-def start_ephemeral_server() -> None:
-    """Start this process's ephemeral Prefect server now, deaf to the terminal's SIGINT
-    (a no-op when PREFECT_API_URL names a server)."""
+def start_ephemeral_server():
+    """Start this process's ephemeral Prefect server now, deaf to the terminal's SIGINT;
+    returns it (None when PREFECT_API_URL names a server)."""
     from prefect.settings import PREFECT_API_URL
 
     if PREFECT_API_URL.value():
-        return
+        return None
     from prefect.server.api.server import SubprocessASGIServer
 
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        SubprocessASGIServer().start()  # the one the flow engine uses (one per process)
+        server = SubprocessASGIServer()  # the one the flow engine uses (one per process)
+        server.start()
+        return server
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
@@ -79,10 +81,14 @@ def run_console(log_path: Path, verbose: bool = False):
         raise KeyboardInterrupt
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    server = None
     try:
-        start_ephemeral_server()
+        server = start_ephemeral_server()
         yield terminal
     finally:
+        if server is not None:  # now, so its goodbye goes to the log, not after the summary
+            with contextlib.suppress(Exception):
+                server.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
         sys.stdout.flush()

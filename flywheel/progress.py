@@ -8,6 +8,7 @@ flow run is active, so the UI shows the same progress.
 from __future__ import annotations
 
 import contextlib
+import sys
 import logging
 from typing import Callable, Iterator
 
@@ -47,7 +48,8 @@ class RichReporter(Reporter):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(file=file)
+        tty = (file or sys.stdout).isatty()
+        self.console = Console(file=file, width=None if tty else 150)  # a log or pipe: wide, not 80
         self.progress = Progress(
             TextColumn("[bold]{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=self.console, transient=False,

@@ -8,7 +8,8 @@ every evaluation of a run as `evaluations` and defines:
   eval_tasks   one row per (policy_version, mode, domain, level, task): solved (any sample
                passed), mean reward, turns, tokens, tool calls;
   eval_cells   one row per (policy_version, mode, domain, level): tasks, solved, mean
-               reward, mean turns, tokens per solved task, tool-call validity.
+               reward, share of tasks with any reward, mean turns, tokens per solved
+               task, tool-call validity.
 
 Intervals are not SQL: flywheel/stats.py puts a Wilson interval on each cell's solved /
 tasks and a paired bootstrap on two versions' eval_tasks (flywheel/eval_report.py).
@@ -35,7 +36,7 @@ FROM evaluations GROUP BY ALL
 EVAL_CELLS_VIEW = """
 CREATE OR REPLACE VIEW eval_cells AS
 SELECT policy_version, mode, domain, level, count(*) AS tasks, sum(solved)::INT AS solved,
-       avg(reward) AS mean_reward, avg(turns) AS mean_turns,
+       avg(reward) AS mean_reward, avg((reward > 0)::INT) AS with_reward, avg(turns) AS mean_turns,
        CASE WHEN sum(solved) > 0 THEN sum(tokens) / sum(solved) END AS tokens_per_solved,
        CASE WHEN sum(calls) > 0 THEN sum(valid_calls) / sum(calls) END AS tool_call_validity
 FROM eval_tasks GROUP BY ALL

@@ -47,7 +47,7 @@ WITH per_task AS (
 SELECT task_id, arg_max(best, cycle) AS last_best, max(cycle) AS last_cycle, any_value(level) AS level
 FROM per_task
 GROUP BY task_id
-HAVING arg_max(best, cycle) < $threshold
+HAVING arg_max(best, cycle) < $threshold AND arg_max(best, cycle) > $min_best
 ORDER BY {order}, task_id
 """
 
@@ -61,7 +61,7 @@ PRIORITIES = {
 
 def select_replay(
     lake: Lake, run_id: str, cycle: int, threshold: float, lookback: int, max_replays: int,
-    priority: str = "recent",
+    priority: str = "recent", min_best: float = -1.0,
 ) -> list[TaskSpec]:  # fmt: skip
     """Train-split tasks that failed in the last `lookback` cycles up to `cycle`, not solved
     since, replayed fewer than `max_replays` times, ordered by `priority`. Each comes back
@@ -74,7 +74,7 @@ def select_replay(
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id, window))
     sql = REPLAY_SQL.format(order=PRIORITIES[priority])
-    rows = con.execute(sql, {"cycle": cycle, "lookback": lookback, "threshold": threshold}).fetchall()
+    rows = con.execute(sql, {"cycle": cycle, "lookback": lookback, "threshold": threshold, "min_best": min_best}).fetchall()
     if not rows:
         return []
     latest_spec: dict[str, tuple[TaskSpec, int]] = {}

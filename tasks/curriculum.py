@@ -9,7 +9,10 @@ Two rules, both computed from the last `window_cycles` committed cycles of the r
 - among open levels, a (domain, level) whose groups all score alike (every sample of a
   task got the same reward: nothing for GRPO to learn from) is sampled less: its weight
   is the share of its groups with reward variance, floored at `min_weight`; a level not
-  tried yet has weight 1.
+  tried yet has weight 1, or, when the run evaluated its starting policy
+  (eval.before_and_after), the share of that cell's held-out tasks it earned any reward
+  on (`eval_prior`), so a first cycle does not spend its samples where the model has no
+  signal at all.
 
 Fresh tasks are then split across the weighted (domain, level) cells by largest
 remainder, deterministically. Per-task choices (which failures come back) belong to the
@@ -71,11 +74,30 @@ def open_levels(levels: list[int], stats: dict[tuple[str, int], LevelStats], dom
     return opened
 
 
-def plan(levels: dict[str, list[int]], count: int, stats: dict, threshold: float, min_weight: float) -> Counter:
+def eval_prior(lake: Lake, run_id: str, version: int) -> dict[tuple[str, int], float]:
+    """Per (domain, level), the share of held-out tasks the policy `version` (or the
+    latest evaluated one before it) earned any reward on, greedily: where that is 0 the
+    samples of a group will most likely all score 0 too, so nothing is learnt there yet.
+    Empty when the run has no evaluation (eval.before_and_after off)."""
+    from storage import evals
+
+    con = evals.connect(lake, run_id)
+    row = con.execute("SELECT max(policy_version) FROM eval_cells WHERE mode = 'greedy' AND policy_version <= ?",
+                      [version]).fetchone()  # fmt: skip
+    if row[0] is None:
+        return {}
+    rows = con.execute("SELECT domain, level, with_reward FROM eval_cells WHERE mode = 'greedy' AND policy_version = ?",
+                       [row[0]]).fetchall()  # fmt: skip
+    return {(d, lvl): share for d, lvl, share in rows}
+
+
+def plan(levels: dict[str, list[int]], count: int, stats: dict, threshold: float, min_weight: float,
+         prior: dict | None = None) -> Counter:  # fmt: skip
     """How many fresh tasks per (domain, level), `count` in all; `levels`: each domain's
-    levels to sample from."""
+    levels to sample from; `prior`: a weight for cells not tried yet (eval_prior), else 1."""
+    prior = prior or {}
     cells = [(d, lvl) for d, lv in levels.items() for lvl in open_levels(lv, stats, d, threshold)]
-    weights = {c: max(min_weight, stats[c].informative) if c in stats else 1.0 for c in cells}
+    weights = {c: max(min_weight, stats[c].informative if c in stats else prior.get(c, 1.0)) for c in cells}
     total = sum(weights.values())
     exact = {c: count * w / total for c, w in weights.items()}
     out = Counter({c: int(x) for c, x in exact.items()})

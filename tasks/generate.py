@@ -3,8 +3,9 @@
 Dispatch on the domain's kind, once per task list:
 - single-turn ("check" and "sandbox" domains: the answer is the whole action): one engine
   call per batch of prompts; the rollouts leave unscored and the score stage verifies
-  them. Prompts are cut into a few batches only so that progress can be shown; vLLM
-  batches within each call.
+  them. Batches hold at least CALL_SEQUENCES sequences (prompts x k), so that progress
+  shows on long lists without starving vLLM, which batches within each call (cutting a
+  cycle's 32 sequences into four calls of 8 cost more than half its throughput).
 - "episode" domains (environments/agentic.py): the episode runner (policy/multiturn.py)
   plays each trajectory turn by turn in its own sandbox workspace, batching every turn's
   generation across live trajectories, and the domain scores the final workspace before
@@ -32,6 +33,9 @@ from policy.multiturn import run_episodes
 from storage.schema import TaskSpec, stable_id
 from tasks.context import Parts, StageContext
 from tasks.records import Rollout
+
+
+CALL_SEQUENCES = 256
 
 
 @task(name="generate", cache_policy=NO_CACHE)
@@ -66,7 +70,7 @@ def rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rol
 
 def sample_replies(parts: Parts, tasks: list[TaskSpec], prompts: list[list[int]], spec: SamplingSpec) -> list[Rollout]:
     out: list[Rollout] = []
-    batch = max(1, -(-len(tasks) // 4))
+    batch = max(-(-len(tasks) // 4), -(-CALL_SEQUENCES // spec.n), 1)
     with stage("generate", total=len(tasks) * spec.n) as advance:
         for start in range(0, len(tasks), batch):
             t0 = time.monotonic()

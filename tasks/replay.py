@@ -16,7 +16,7 @@ def replay(rt, cycle: int) -> list[TaskSpec]:
     queue = []
     if cfg.enabled:
         queue = select_replay(
-            rt.lake, rt.run_id, cycle, cfg.threshold, cfg.lookback_cycles, cfg.max_replays, cfg.priority
+            rt.lake, rt.run_id, cycle, cfg.threshold, cfg.lookback_cycles, cfg.max_replays, cfg.priority, cfg.min_best
         )
     rt.lake.write_replay_queue(rt.run_id, cycle + 1, queue)
     return queue

@@ -19,7 +19,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from policy.chat import encode_chat
-from tasks.curriculum import level_stats
+from tasks.curriculum import eval_prior, level_stats
 from tasks.curriculum import plan as curriculum_plan
 from storage.schema import TaskSpec, stable_id
 
@@ -65,7 +65,8 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
     if cfg.curriculum.enabled:
         cur = cfg.curriculum
         stats = level_stats(rt.lake, rt.run_id, cycle - 1, cur.window_cycles)
-        plan = curriculum_plan(levels, count, stats, cur.open_threshold, cur.min_weight)
+        prior = eval_prior(rt.lake, rt.run_id, rt.policy_version)
+        plan = curriculum_plan(levels, count, stats, cur.open_threshold, cur.min_weight, prior)
     else:
         plan = fresh_plan(levels, count)
     fresh = fresh_tasks(rt.domains, cfg.seed, cycle, plan)

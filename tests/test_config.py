@@ -22,9 +22,9 @@ def test_bad_overrides_name_the_problem(bad):
 
 def test_yaml_roundtrip(tmp_path):
     p = tmp_path / "c.yaml"
-    p.write_text("cycles: 5\nsampling:\n  k: 8\n")
+    p.write_text("cycles: 5\nsampling:\n  k: 5\n")
     cfg = FlywheelConfig.from_yaml(p)
-    assert cfg.cycles == 5 and cfg.sampling.k == 8
+    assert cfg.cycles == 5 and cfg.sampling.k == 5
 
 
 def test_run_id_is_generated_once():

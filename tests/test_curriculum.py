@@ -78,3 +78,14 @@ def test_fresh_tasks_are_a_seeded_stream_whose_smaller_counts_are_prefixes():
     assert by_cell(fewer, "extraction") == by_cell(a, "extraction")[:1]
     assert by_cell(fewer, "code") == by_cell(a, "code")[:2]
     assert {t.task_id for t in fresh_tasks(DOMAINS, 0, 5, full)}.isdisjoint(t.task_id for t in a)
+
+
+def test_an_evaluation_prior_steers_untried_cells():
+    """Cells not tried yet take their weight from the starting policy's evaluation (the
+    share of held-out tasks it earned any reward on), floored at min_weight; measured
+    cells keep their measured weight."""
+    prior = {("code", 1): 0.5, ("math", 1): 0.0}
+    p = plan({"code": [1], "math": [1], "data": [1]}, 16, {}, 0.2, 0.1, prior)
+    assert p == {("code", 1): 5, ("math", 1): 1, ("data", 1): 10}  # weights 0.5, 0.1 (floor), 1 (no prior)
+    measured = {("math", 1): LevelStats(0.5, 1.0, 4)}
+    assert plan({"math": [1], "code": [1]}, 4, measured, 0.2, 0.1, prior) == {("math", 1): 3, ("code", 1): 1}

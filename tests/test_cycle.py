@@ -29,10 +29,12 @@ def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
         # on them anyway with weight decay, so the update really changes the weights and
         # the sync check compares a changed policy.
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
+        replay={"min_best": -1},  # a random model earns nothing: replay its total failures too
         # evaluated inside the loop: before cycle 0 and after each cycle, on one held-out
         # task per domain and level and one per level of code_transfer (HumanEval's own data
         # goes through the sandbox in tests/test_task_files.py)
-        eval={"every_n_cycles": 1, "tasks_per_level": 1, "suites": ["code_transfer"], "suite_tasks_per_level": 1},
+        eval={"every_n_cycles": 1, "in_run_tasks_per_level": 1, "in_run_suites": True, "suites": ["code_transfer"],
+              "suite_tasks_per_level": 1},
     )  # fmt: skip
     result = flywheel(cfg)
     from storage.lake import Lake

@@ -52,8 +52,8 @@ def test_unknown_domain_is_named():
 def test_references_pass_their_own_verifier(domain):
     """A domain's reference (the SFT cold start's data) earns the full reward from the
     domain's own verifier, run in the real sandbox: a single-turn reply through the score
-    stage's `verify`, a multi-turn one played as an episode in a workspace. A domain
-    without references says so with None for every task."""
+    stage's `verify`, a multi-turn one played as an episode in a workspace. Every
+    built-in domain keeps one for every task."""
     from environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
     from policy.multiturn import play_reference
@@ -63,9 +63,6 @@ def test_references_pass_their_own_verifier(domain):
     env = get_environment(domain)
     tasks = [t for lvl in env.levels for t in env.make_tasks("train", lvl, 3, 4)]
     refs = [env.reference(t) for t in tasks]
-    if domain == "code":  # its families keep a reference function, not its source
-        assert refs == [None] * len(tasks)
-        return
     assert None not in refs
     box = make_sandbox(SandboxConfig(concurrency=2))
     try:

@@ -144,6 +144,8 @@ def test_replay_priorities_and_origin(tmp_path):
     assert order["hardest"] == [ids[3], ids[1], ids[2], ids[0]]  # worst first; level 3 before 1
     queue = select_replay(lake, "r", 1, 1.0, 3, 3)
     assert {x.task_id: x.origin_cycle for x in queue} == {ids[0]: 0, ids[1]: 0, ids[2]: 1, ids[3]: 1}
+    # replay.min_best (default 0): near misses only, not tasks no sample earned anything on
+    assert [x.task_id for x in select_replay(lake, "r", 1, 1.0, 3, 3, "near_miss", min_best=0.0)] == [ids[0], ids[2]]
     # a replayed task keeps the cycle it first ran in
     lake.commit_cycle("r", 2, queue[:1], make_trajectories("r", 2, queue[:1], {queue[0].task_id: [0, 0]}))
     again = {x.task_id: x for x in select_replay(lake, "r", 2, 1.0, 3, 3)}

@@ -44,8 +44,8 @@ def test_sft_from_jsonl(tiny_model, tmp_path, prefect_server):
 
 
 def test_reference_demonstrations_cover_the_sampled_domains(tiny_model):
-    """`references=N`: N train tasks per domain and level with a reference reply, none from
-    a domain that keeps none (code), encoded as prompt plus answer; a multi-turn
+    """`references=N`: N train tasks per domain and level with a reference reply, from
+    every domain, encoded as prompt plus answer; a multi-turn
     reference (repair) played in a real workspace, its tool output masked (NaN)."""
     import math
 
@@ -62,9 +62,10 @@ def test_reference_demonstrations_cover_the_sampled_domains(tiny_model):
         demos = demonstrations_from_references(cfg, tok, box, per_level=3)
     finally:
         box.close()
-    assert len(demos) == 3 * 2 * 3  # math, data and repair, two levels, three each; code has none
+    assert len(demos) == 4 * 2 * 3  # code, math, data and repair, two levels, three each
     texts = [tok.decode(c) for _, c, _ in demos]
     assert sum("Answer: " in t for t in texts) == 6 and sum("def transform" in t for t in texts) == 6
+    assert sum(t.startswith("```python\ndef ") and "def transform" not in t for t in texts) == 6  # code's
     assert all("Answer:" not in tok.decode(p) or "Answer: <number>" in tok.decode(p) for p, _, _ in demos)
     episodes = [(c, m) for _, c, m in demos if "<tool_call>" in tok.decode(c)]
     assert len(episodes) == 6 and all(len(c) == len(m) for c, m in episodes)
