@@ -118,9 +118,13 @@ def compare(
         typer.secho(f"no shared evaluated tasks between v{va} and v{vb}", fg="red", err=True)
         raise typer.Exit(2)
     title = f"{cfg_a.run_id} v{va} vs {cfg_b.run_id} v{vb}: greedy pass@1, paired over the same tasks"
+    import sys
+
     from rich.console import Console
 
-    Console().print(rich_table(["group", "n", f"v{va}", f"v{vb}", "difference"], rows, title))
+    Console(width=None if sys.stdout.isatty() else 160).print(
+        rich_table(["group", "n", f"v{va}", f"v{vb}", "difference"], rows, title)
+    )
 
 
 def export(

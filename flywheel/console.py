@@ -9,6 +9,9 @@
 - **Stops in seconds.** SIGTERM is turned into KeyboardInterrupt, as Ctrl-C is, so the
   flow's `finally` blocks run (engine, sandbox and Ray stopped; every finished stage is
   already in the lake, so `--run-id` resumes). A second signal kills what is left at once.
+- **The engine outlives the interrupt.** vLLM's engine core is started deaf to SIGINT
+  (`deaf_to_ctrl_c`, in flywheel/runtime.py), so it keeps answering until the run's own
+  shutdown stops it, and the main thread, woken by its next output, raises.
 - **The flow run ends in a terminal state.** With Prefect's ephemeral server (no
   PREFECT_API_URL), that server is this process's child: a terminal's Ctrl-C reaches its
   whole process group, so the server died first, and Prefect's crash report then retried
@@ -26,6 +29,20 @@ import sys
 from pathlib import Path
 
 
+@contextlib.contextmanager
+def deaf_to_ctrl_c():
+    """Processes (and threads) started inside do not get the terminal's SIGINT: they are
+    stopped by our own shutdown instead. Used for the ephemeral Prefect server and vLLM's
+    engine core: had the engine core died of a Ctrl-C first, the main thread would wait
+    forever for its next output, since a signal taken by another thread does not wake a
+    blocked lock wait (so our handler never ran)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def start_ephemeral_server():
     """Start this process's ephemeral Prefect server now, deaf to the terminal's SIGINT;
     returns it (None when PREFECT_API_URL names a server)."""
@@ -35,13 +52,10 @@ def start_ephemeral_server():
         return None
     from prefect.server.api.server import SubprocessASGIServer
 
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
+    with deaf_to_ctrl_c():
         server = SubprocessASGIServer()  # the one the flow engine uses (one per process)
         server.start()
         return server
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _kill_children() -> None:

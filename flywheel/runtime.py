@@ -148,8 +148,11 @@ class Runtime:
             from policy.engines import make_engine
 
             version, policy_dir = self.policy_version, self.policy_dir
+            from flywheel.console import deaf_to_ctrl_c
+
             self._say(f"Starting the {self.config.engine.backend} engine on {policy_dir} ...")
-            self._engine = make_engine(policy_dir, self.config.engine, self.config.seed)
+            with deaf_to_ctrl_c():  # stopped by close(), not by a Ctrl-C to the process group
+                self._engine = make_engine(policy_dir, self.config.engine, self.config.seed)
             self._engine_version = version
         return self._engine
 
