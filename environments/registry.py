@@ -6,7 +6,12 @@
   file:PATH                the tasks of a file (environments/task_file.py);
   NAME                     a domain an installed package registers in the
                            `flywheel.domains` entry-point group (NAME = module:Class);
-  pkg.module:Class         any importable Environment subclass.
+  pkg.module:Class         any importable Environment subclass;
+  rg/NAME                  a reasoning-gym generator (environments/rg.py);
+  a glob                   every domain it matches: rg/*, rg/algorithmic/* (by category),
+                           rg/*_arithmetic, ... (`expand`).
+`sampler.weights` mixes them (`mixture`): an entry's weight is shared evenly among the
+domains it selects, so `["code", "rg/*"]` gives code as many samples as all of rg.
 The name a task records (`TaskSpec.domain`) is the environment's `name`; `Domains`
 remembers which spec gave it, so the tasks of a plug-in resolve again by that name in
 every stage (and on a Ray worker, which builds its `Domains` from the same config).
@@ -16,6 +21,7 @@ Environments are built once per process and spec (a task file is read once).
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -60,11 +66,60 @@ def _load_class(target: str, spec: str):
     return obj
 
 
+def rg_aliases() -> dict[str, str]:
+    """reasoning-gym's generators by `rg/NAME` and by `rg/CATEGORY/NAME` -> `rg/NAME`."""
+    from environments import rg
+
+    out = {}
+    for name, info in rg.included().items():
+        out[f"rg/{name}"] = out[f"rg/{info['category']}/{name}"] = f"rg/{name}"
+    return out
+
+
+def expand(spec: str) -> list[str]:
+    """The domains a spec selects: itself, or for a glob every built-in, plug-in and rg
+    domain it matches (sorted; an eval suite only when named on its own)."""
+    if not any(ch in spec for ch in "*?["):
+        return [spec]
+    names = {**{n: n for n in [*BUILTIN, *plugins()]}, **rg_aliases()}
+    out = dict.fromkeys(names[a] for a in sorted(names) if fnmatch.fnmatchcase(a, spec))
+    if not out:
+        raise DomainError(f"{spec!r} matches no domain (see `flywheel domains`)")
+    return sorted(out)
+
+
+def expand_all(specs: list[str]) -> list[str]:
+    return list(dict.fromkeys(s for spec in specs for s in expand(spec)))
+
+
+def mixture(specs: list[str], weights: dict[str, float] | None = None) -> dict[str, float]:
+    """Each selected domain's share of the samples: an entry of `specs` weighs
+    `weights.get(entry, 1)`, shared evenly among the domains it selects (a domain
+    selected twice adds both shares)."""
+    weights = weights or {}
+    unknown = set(weights) - set(specs)
+    if unknown:
+        raise DomainError(f"sampler.weights names {sorted(unknown)}, which are not in sampler.domains")
+    share: dict[str, float] = {}
+    for spec in dict.fromkeys(specs):
+        selected = expand(spec)
+        for s in selected:
+            share[s] = share.get(s, 0.0) + weights.get(spec, 1.0) / len(selected)
+    return share
+
+
 @lru_cache(maxsize=None)
 def resolve(spec: str, eval_only: bool = False) -> Environment:
     """The environment a spec names (built once per process)."""
     if spec in BUILTIN or spec in SUITES:
         return _load_class({**BUILTIN, **SUITES}[spec], spec)()
+    if spec.startswith("rg/"):
+        from environments.rg import ReasoningGym
+
+        try:
+            return ReasoningGym(spec[len("rg/") :])
+        except ValueError as exc:
+            raise DomainError(str(exc)) from exc
     if spec.startswith("file:"):
         from environments.task_file import FileTasks, TaskFileError
 
@@ -83,7 +138,7 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
 
 def source_of(spec: str, env: Environment) -> str:
     """Where a domain comes from, for `flywheel domains`."""
-    if spec in BUILTIN or spec in SUITES or spec.startswith("file:"):
+    if spec in BUILTIN or spec in SUITES or spec.startswith(("file:", "rg/")):
         return env.source
     found = plugins()
     return f"plug-in {found[spec]}" if spec in found else spec
@@ -103,7 +158,7 @@ class Domains:
 
     def __init__(self, specs: list[str], eval_files: list[str] = ()):
         eval_only = {f"file:{f}" for f in eval_files}
-        self.specs = list(dict.fromkeys(specs))
+        self.specs = expand_all(specs)
         self.by_name: dict[str, Environment] = {}
         self.sources: dict[str, str] = {}
         for spec in self.specs:
@@ -130,11 +185,17 @@ def get_environment(name: str) -> Environment:
 
 
 def available(extra: list[str] = (), eval_files: list[str] = ()) -> list[DomainInfo]:
-    """Every domain found here: built-in, installed plug-ins, `extra` specs and eval files
-    (one that cannot be used is listed with the reason)."""
+    """Every domain found here: built-in, installed plug-ins, reasoning-gym's, `extra`
+    specs and eval files (one that cannot be used is listed with the reason)."""
     out, seen = [], set()
     eval_only = {f"file:{f}" for f in eval_files}
-    for spec in dict.fromkeys([*BUILTIN, *SUITES, *plugins(), *extra, *eval_only]):
+    try:
+        extra = expand_all(extra)
+    except DomainError as exc:
+        out.append(DomainInfo(", ".join(extra), "-", (), "-", f"unusable: {exc}"))
+        extra = [e for e in extra if not any(ch in e for ch in "*?[")]
+    rg = sorted(set(rg_aliases().values()))
+    for spec in dict.fromkeys([*BUILTIN, *SUITES, *plugins(), *extra, *eval_only, *rg]):
         try:
             env = resolve(spec, spec in eval_only)
         except DomainError as exc:

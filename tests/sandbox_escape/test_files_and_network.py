@@ -6,6 +6,7 @@ still serves with nothing left behind. Part 2: test_processes.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import socket
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from tests.sandbox_fixtures import CANARY, py
+from tests.sandbox_fixtures import CANARY, LIMITS, py
 
 
 # ---- host files ---------------------------------------------------------------------------
@@ -46,7 +47,9 @@ for top in tops:
             print('FOUND DIR', root)
 print('searched')
 """
-    res = py(contained, code)
+    # every file read, the sandbox's libraries too (~320 MB with reasoning-gym's numpy and
+    # matplotlib): more than the suite's 3 s on a busy 2-core machine
+    res = py(contained, code, limits=dataclasses.replace(LIMITS, wall_s=30, cpu_s=30))
     assert "searched" in res.stdout and "FOUND" not in res.stdout
 
 
