@@ -22,6 +22,7 @@ import time
 
 from prefect import flow, get_run_logger
 
+from environments.registry import expand, expand_all
 from flywheel import eval_report
 from flywheel.config import FlywheelConfig
 from flywheel.reporting import artifact_key
@@ -53,9 +54,13 @@ def suite_tasks(env, per_level: int):
 
 def eval_groups(config: FlywheelConfig, domains, suites: list[str] | None = None) -> dict[str, list[str]]:
     """Report groups: "held-out" (the sampled domains) and each suite on its own."""
-    held = [domains[s].name for s in config.sampler.domains]
+    held = [domains[s].name for s in expand_all(config.sampler.domains)]
     suites = config.eval.suites if suites is None else suites
-    return {"held-out": held, **{domains[s].name: [domains[s].name] for s in suites}}
+    out = {"held-out": held}
+    for spec in suites:  # a glob (rg/games/*) is one group of the domains it selects
+        names = [domains[s].name for s in expand(spec)]
+        out[names[0] if names == [spec] else spec] = names
+    return out
 
 
 def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | None = None,
@@ -69,7 +74,7 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
     t0 = time.monotonic()
     version = rt.engine_version
     tasks = eval_tasks(rt.domains, cfg.sampler, per_level)
-    for spec in suites:
+    for spec in expand_all(suites):
         tasks += suite_tasks(rt.domains[spec], cfg.eval.suite_tasks_per_level)
     modes = [("greedy", cfg.sampling.model_copy(update={"k": 1, "temperature": 0.0}))]
     if k:

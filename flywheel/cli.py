@@ -106,7 +106,7 @@ def _print_query(con, sql: str) -> None:
 
 @app.command()
 def query(
-    sql: str = typer.Argument(..., help="DuckDB SQL over the views `trajectories`, `tasks` and `cycles`."),
+    sql: str = typer.Argument(..., help="DuckDB SQL over the views `trajectories`, `tasks`, `cycles` and `groups`."),
     run_id: Optional[str] = typer.Option(None, help="Only this run (and its lake under --runs-dir)."),
     store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
     s3_endpoint: Optional[str] = typer.Option(None),
@@ -126,10 +126,12 @@ def query(
 
 
 REPORT_SQL = """
-SELECT run_id, cycle, domain, level, count(DISTINCT task_id) AS tasks, count(*) AS trajectories,
-       round(avg(reward), 4) AS mean_reward, round(avg((verdict = 'pass')::INT), 4) AS pass_rate,
+SELECT run_id, cycle, {by}, count(DISTINCT task_id) AS tasks, sum(samples) AS trajectories,
+       round(sum(mean_reward * samples) / sum(samples), 4) AS mean_reward,
+       round(sum(pass_rate * samples) / sum(samples), 4) AS pass_rate,
+       round(1 - avg(informative), 3) AS zero_variance,
        count(DISTINCT task_id) FILTER (WHERE origin = 'replay') AS replayed
-FROM trajectories GROUP BY ALL ORDER BY run_id, cycle, domain, level
+FROM groups GROUP BY ALL ORDER BY run_id, cycle, {by}
 """
 
 
@@ -139,11 +141,17 @@ def report(
     store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
     s3_endpoint: Optional[str] = typer.Option(None),
     runs_dir: str = typer.Option("runs"),
+    by: str = typer.Option("level", help="level: per domain and level; domain: per domain; cycle: per cycle."),
 ):
-    """Reward and pass rate per run, cycle, domain and level."""
+    """Reward, pass rate and the share of zero-variance groups per run and cycle, by
+    domain and level (or by domain, or whole cycles)."""
     from storage.query import connect
 
-    _print_query(connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id), REPORT_SQL)
+    keys = {"level": "domain, level", "domain": "domain", "cycle": "split"}
+    if by not in keys:
+        typer.secho(f"--by takes one of {', '.join(keys)}, not {by!r}", fg="red", err=True)
+        raise typer.Exit(2)
+    _print_query(connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id), REPORT_SQL.format(by=keys[by]))
 
 
 @app.command()

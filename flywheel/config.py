@@ -151,7 +151,11 @@ class RewardConfig(BaseModel):
 class SamplerConfig(BaseModel):
     domains: list[str] = Field(
         ["code", "math", "extraction", "data"],
-        description="Domains (environments/registry.py): a built-in name, file:PATH, an installed plug-in, or module:Class.",
+        description="Domains (environments/registry.py): a built-in name, file:PATH, rg/NAME, a glob (rg/*, "
+        "rg/algorithmic/*), an installed plug-in, or module:Class.",
+    )
+    weights: dict[str, float] = Field(
+        {}, description="Mixing weight per entry of `domains` (default 1), shared evenly among the domains a glob selects."
     )
     levels: list[int] = [1, 2, 3]
     tasks_per_cycle: int = Field(8, ge=1, description="Fresh plus replayed tasks per cycle.")

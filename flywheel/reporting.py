@@ -57,14 +57,65 @@ SELECT cycle, avg(reward), avg((verdict = 'pass')::INT) FROM trajectories GROUP 
 """
 
 
+def publish_table(run_id: str, name: str, rows: list[dict], description: str) -> None:
+    """A table artifact of the run (inside a Prefect run only; never fatal)."""
+    try:
+        from prefect.artifacts import create_table_artifact
+        from prefect.context import FlowRunContext
+
+        if FlowRunContext.get() is not None and rows:
+            create_table_artifact(rows, key=artifact_key(run_id, name), description=description)
+    except Exception as exc:  # reporting never stops the flywheel
+        log.warning("could not publish the %s table: %s", name, exc)
+
+
+DOMAIN_CYCLES_SQL = """
+SELECT domain, cycle, sum(pass_rate * samples) / sum(samples) FROM groups WHERE split = 'train'
+GROUP BY domain, cycle ORDER BY domain, cycle
+"""
+
+
+def domains_png(rows: list[tuple[str, int, float]], title: str) -> bytes | None:
+    """Pass rate per domain (rows) and cycle (columns); blank where a domain was not
+    sampled. None for a run of one domain (the reward curve says it all)."""
+    domains, cycles = sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
+    if len(domains) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    grid = np.full((len(domains), len(cycles)), np.nan)
+    for d, c, p in rows:
+        grid[domains.index(d), cycles.index(c)] = p
+    fig, ax = plt.subplots(figsize=(min(14, 3 + 0.3 * len(cycles)), min(30, 1 + 0.22 * len(domains))), dpi=100)
+    im = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+    ax.set_yticks(range(len(domains)), domains, fontsize=7)
+    ax.set_xticks(range(len(cycles)), cycles, fontsize=7)
+    ax.set_xlabel("cycle")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label="pass rate")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def publish_cycle(rt, summary) -> None:
     """Table per domain and level, markdown summary, reward curve over every committed
     cycle of the run (read from the lake, so resumed runs draw the whole curve), link."""
     from storage.query import connect
 
-    rows = connect(rt.lake, rt.run_id).execute(CURVE_SQL).fetchall()
+    con = connect(rt.lake, rt.run_id)
+    rows = con.execute(CURVE_SQL).fetchall()
     png = curve_png([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], f"run {rt.run_id}")
     (rt.run_dir / "reward_curve.png").write_bytes(png)
+    heat = domains_png(con.execute(DOMAIN_CYCLES_SQL).fetchall(), f"run {rt.run_id}: pass rate per domain")
+    if heat:
+        (rt.run_dir / "domains.png").write_bytes(heat)
     try:
         from prefect.artifacts import (
             create_image_artifact,
@@ -89,6 +140,9 @@ def publish_cycle(rt, summary) -> None:
         )  # fmt: skip
         data_url = "data:image/png;base64," + base64.b64encode(png).decode()
         create_image_artifact(data_url, key=artifact_key(run, "reward-curve"), description="reward and pass rate per cycle")
+        if heat:
+            heat_url = "data:image/png;base64," + base64.b64encode(heat).decode()
+            create_image_artifact(heat_url, key=artifact_key(run, "domains"), description="pass rate per domain and cycle")
         uri = rt.config.lake_uri.rstrip("/")
         create_link_artifact(
             f"{uri}/trajectories/run={run}/cycle={summary.cycle}" if uri.startswith("s3://") else

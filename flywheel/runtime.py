@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 
 from environments import reward_functions
-from environments.registry import DomainError, Domains
+from environments.registry import DomainError, Domains, expand_all, mixture
 from environments.sandbox import make_sandbox
 from flywheel.config import FlywheelConfig
 from flywheel.fanout import make_fanout
@@ -49,8 +49,9 @@ def build_domains(config: FlywheelConfig) -> Domains:
     """The run's domains; raises DomainError naming a domain or file that is unusable,
     or a sampled domain that is eval-only."""
     domains = Domains(domain_specs(config), config.eval.files)
+    mixture(config.sampler.domains, config.sampler.weights)  # a weight for no entry stops here
     eval_only = {f"file:{f}" for f in config.eval.files}
-    for spec in config.sampler.domains:
+    for spec in expand_all(config.sampler.domains):
         if spec in eval_only:
             raise DomainError(f"domain {spec} is in eval.files (eval-only): it cannot be sampled for training")
     return domains

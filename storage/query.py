@@ -16,13 +16,27 @@ from storage.schema import TaskSpec
 
 
 def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A connection with the committed `trajectories` and `tasks` registered, and a
-    `cycles` view: one row per run and cycle with its size, reward and pass rate."""
+    """A connection with the committed `trajectories` and `tasks` registered, a
+    `cycles` view (one row per run and cycle with its size, reward and pass rate) and a
+    `groups` view (GROUPS_VIEW)."""
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id))
     con.register("tasks", lake.dataset("tasks", run_id))
     con.execute(CYCLES_VIEW)
+    con.execute(GROUPS_VIEW)
     return con
+
+
+# One row per group (a task's k samples in a cycle): its pass rate, and whether its
+# rewards vary (`informative`: a group whose samples all scored alike gives GRPO nothing).
+# The curriculum's arm statistics and `flywheel report --by domain` are built on it.
+GROUPS_VIEW = """
+CREATE VIEW groups AS
+SELECT run_id, cycle, domain, level, split, group_id, any_value(task_id) AS task_id, any_value(origin) AS origin,
+       count(*) AS samples, avg(reward) AS mean_reward, avg((verdict = 'pass')::INT) AS pass_rate,
+       (max(reward) > min(reward))::INT AS informative
+FROM trajectories GROUP BY run_id, cycle, domain, level, split, group_id
+"""
 
 
 CYCLES_VIEW = """

@@ -31,16 +31,16 @@ def _lists(rng, rows: int, low: int, high: int, dtype, values) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
-def cycle_tables(run_id: str, cycle: int, tasks: int, k: int = 4, seed: int = 0,
-                 task_pool: int | None = None) -> tuple[pa.Table, pa.Table]:  # fmt: skip
+def cycle_tables(run_id: str, cycle: int, tasks: int, k: int = 4, seed: int = 0, task_pool: int | None = None,
+                 domains: tuple[str, ...] = DOMAINS) -> tuple[pa.Table, pa.Table]:  # fmt: skip
     """(tasks, trajectories) of one cycle: `tasks` tasks drawn from a pool of `task_pool`
-    (default: fresh ids per cycle), `k` trajectories each."""
+    (default: fresh ids per cycle), `k` trajectories each, over `domains` x 3 levels."""
     rng = np.random.default_rng([seed, cycle])
     pool = task_pool or tasks * (cycle + 1)
     picks = rng.choice(pool, size=tasks, replace=False) if task_pool else np.arange(tasks) + tasks * cycle
     task_ids = [hashlib.sha256(f"{run_id}/task/{p}".encode()).hexdigest()[:16] for p in picks]
-    domains = [DOMAINS[p % len(DOMAINS)] for p in picks]
-    levels = [1 + int(p) // len(DOMAINS) % 3 for p in picks]
+    levels = [1 + int(p) // len(domains) % 3 for p in picks]
+    domains = [domains[p % len(domains)] for p in picks]
     n = tasks * k
     rep = np.repeat(np.arange(tasks), k)
     solved = rng.random(tasks) < 0.3

@@ -14,30 +14,29 @@ Two rules, both computed from the last `window_cycles` committed cycles of the r
   on (`eval_prior`), so a first cycle does not spend its samples where the model has no
   signal at all.
 
-Fresh tasks are then split across the weighted (domain, level) cells by largest
-remainder, deterministically. Per-task choices (which failures come back) belong to the
-replay policy, not here. Not done: cross-domain transfer estimates, or closing a level.
+A cell's weight is also multiplied by its domain's mixing weight (sampler.weights). Fresh
+tasks are then split across the weighted (domain, level) cells: whole parts first, the
+rest drawn by a seeded weighted draw (the cycle's seed), so that hundreds of cells (the
+rg/* domains) with a handful of tasks a cycle are each sampled in proportion to their
+weight. Per-task choices (which failures come back) belong to the replay policy, not
+here. Not done: cross-domain transfer estimates, or closing a level.
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import dataclass
 
 import duckdb
 
 from storage.lake import Lake
+from storage.query import GROUPS_VIEW
 
 LEVEL_STATS_SQL = """
-WITH groups AS (
-    SELECT domain, level, group_id, avg((verdict = 'pass')::INT) AS pass_rate,
-           (max(reward) > min(reward))::INT AS informative
-    FROM trajectories
-    WHERE split = 'train' AND cycle > $cycle - $window AND cycle <= $cycle
-    GROUP BY domain, level, group_id
-)
 SELECT domain, level, avg(pass_rate) AS pass_rate, avg(informative) AS informative, count(*) AS groups
-FROM groups GROUP BY domain, level
+FROM groups WHERE split = 'train' AND cycle > $cycle - $window AND cycle <= $cycle
+GROUP BY domain, level
 """
 
 
@@ -55,6 +54,7 @@ def level_stats(lake: Lake, run_id: str, cycle: int, window: int) -> dict[tuple[
         return {}
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id, cycles))
+    con.execute(GROUPS_VIEW)
     rows = con.execute(LEVEL_STATS_SQL, {"cycle": cycle, "window": window}).fetchall()
     return {(d, lvl): LevelStats(p, i, g) for d, lvl, p, i, g in rows}
 
@@ -91,17 +91,48 @@ def eval_prior(lake: Lake, run_id: str, version: int) -> dict[tuple[str, int], f
     return {(d, lvl): share for d, lvl, share in rows}
 
 
-def plan(levels: dict[str, list[int]], count: int, stats: dict, threshold: float, min_weight: float,
-         prior: dict | None = None) -> Counter:  # fmt: skip
-    """How many fresh tasks per (domain, level), `count` in all; `levels`: each domain's
-    levels to sample from; `prior`: a weight for cells not tried yet (eval_prior), else 1."""
-    prior = prior or {}
+def cell_weights(levels: dict[str, list[int]], stats: dict, threshold: float, min_weight: float,
+                 prior: dict | None = None, mix: dict[str, float] | None = None) -> dict[tuple[str, int], float]:  # fmt: skip
+    """The sampling weight of every open (domain, level) cell (see the module's docstring)."""
+    prior, mix = prior or {}, mix or {}
     cells = [(d, lvl) for d, lv in levels.items() for lvl in open_levels(lv, stats, d, threshold)]
-    weights = {c: max(min_weight, stats[c].informative if c in stats else prior.get(c, 1.0)) for c in cells}
+    return {c: mix.get(c[0], 1.0) * max(min_weight, stats[c].informative if c in stats else prior.get(c, 1.0))
+            for c in cells}  # fmt: skip
+
+
+def arm_rows(weights: dict, stats: dict, counts: Counter) -> list[dict]:
+    """Per open cell: what the sampler knows of it and what it chose (a Prefect table)."""
+    total = sum(weights.values()) or 1.0
+    return [{"domain": d, "level": lvl, "groups": stats[(d, lvl)].groups if (d, lvl) in stats else 0,
+             "pass_rate": round(stats[(d, lvl)].pass_rate, 3) if (d, lvl) in stats else None,
+             "informative": round(stats[(d, lvl)].informative, 3) if (d, lvl) in stats else None,
+             "share": round(w / total, 4), "tasks": counts.get((d, lvl), 0)}
+            for (d, lvl), w in sorted(weights.items())]  # fmt: skip
+
+
+def plan(levels: dict[str, list[int]], count: int, stats: dict, threshold: float, min_weight: float,
+         prior: dict | None = None, mix: dict[str, float] | None = None, seed: int | None = None) -> Counter:  # fmt: skip
+    """How many fresh tasks per (domain, level), `count` in all; `levels`: each domain's
+    levels to sample from; `prior`: a weight for cells not tried yet (eval_prior), else 1;
+    `mix`: each domain's mixing weight (sampler.weights), multiplying its cells'.
+
+    Each cell gets the whole part of its expected count; the tasks left over go to cells
+    drawn without replacement in proportion to their fractional parts, seeded (`seed`:
+    the cycle's), so that with hundreds of cells and a handful of tasks each cell is
+    sampled as often as its weight says, not the first ones in order every cycle.
+    Without a seed the leftovers go by largest fraction (ties in order)."""
+    weights = cell_weights(levels, stats, threshold, min_weight, prior, mix)
+    cells = list(weights)
     total = sum(weights.values())
     exact = {c: count * w / total for c, w in weights.items()}
     out = Counter({c: int(x) for c, x in exact.items()})
-    by_remainder = sorted(cells, key=lambda c: (-(exact[c] - int(exact[c])), cells.index(c)))
-    for c in by_remainder[: count - sum(out.values())]:
+    fraction = {c: exact[c] - int(exact[c]) for c in cells}
+    if seed is None:
+        order = sorted(cells, key=lambda c: (-fraction[c], cells.index(c)))
+    else:  # weighted sampling without replacement: the largest u ** (1 / w) (Efraimidis & Spirakis)
+        rng = random.Random(seed)
+        keys = {c: rng.random() ** (1 / fraction[c]) if fraction[c] > 0 else -1.0 for c in cells}
+        order = sorted(cells, key=lambda c: -keys[c])
+    for c in order[: count - sum(out.values())]:
         out[c] += 1
     return +out

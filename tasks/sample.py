@@ -18,8 +18,10 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from environments.registry import expand_all, mixture
 from policy.chat import encode_chat
-from tasks.curriculum import eval_prior, level_stats
+from flywheel.reporting import publish_table
+from tasks.curriculum import arm_rows, cell_weights, eval_prior, level_stats
 from tasks.curriculum import plan as curriculum_plan
 from storage.schema import TaskSpec, stable_id
 
@@ -28,10 +30,15 @@ def sampled_levels(domains, sampler) -> dict[str, list[int]]:
     """Each sampled domain (by its name) with the configured levels it has; a domain
     with none of them (a task file of other levels) keeps its own."""
     out = {}
-    for spec in sampler.domains:
+    for spec in expand_all(sampler.domains):
         env = domains[spec]
         out[env.name] = [lvl for lvl in sampler.levels if lvl in env.levels] or list(env.levels)
     return out
+
+
+def domain_mix(domains, sampler) -> dict[str, float]:
+    """Each sampled domain's (by name) mixing weight (environments/registry.py:mixture)."""
+    return {domains[spec].name: w for spec, w in mixture(sampler.domains, sampler.weights).items()}
 
 
 def fresh_plan(levels: dict[str, list[int]], count: int) -> Counter:
@@ -66,7 +73,10 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
         cur = cfg.curriculum
         stats = level_stats(rt.lake, rt.run_id, cycle - 1, cur.window_cycles)
         prior = eval_prior(rt.lake, rt.run_id, rt.policy_version)
-        plan = curriculum_plan(levels, count, stats, cur.open_threshold, cur.min_weight, prior)
+        mix, seed = domain_mix(rt.domains, cfg.sampler), int(stable_id("plan", cfg.seed, cycle), 16)
+        plan = curriculum_plan(levels, count, stats, cur.open_threshold, cur.min_weight, prior, mix, seed)
+        weights = cell_weights(levels, stats, cur.open_threshold, cur.min_weight, prior, mix)
+        publish_table(rt.run_id, "arms", arm_rows(weights, stats, plan), f"cycle {cycle}: the sampler's arms")
     else:
         plan = fresh_plan(levels, count)
     fresh = fresh_tasks(rt.domains, cfg.seed, cycle, plan)

@@ -1,7 +1,8 @@
 """The user's world in: the example plug-in package pip-installed and found through its
-entry point, a HumanEval-format task file and a reward function, trained on together by
-the real flywheel (a tiny random-weight model with the real tokenizer, vLLM, bubblewrap,
-DeepSpeed ZeRO-3, a local lake), and `flywheel domains` listing what it found."""
+entry point, a HumanEval-format task file, a reasoning-gym domain (by glob) and a reward
+function, trained on together by the real flywheel (a tiny random-weight model with the
+real tokenizer, vLLM, bubblewrap, DeepSpeed ZeRO-3, a local lake), and `flywheel domains`
+listing what it found."""
 
 import importlib
 import subprocess
@@ -58,7 +59,8 @@ def run(plugin, tiny_model, prefect_server, tmp_path_factory):
 
     cfg = FlywheelConfig(
         run_id="byo", runs_dir=str(tmp_path_factory.mktemp("runs")), cycles=2, seed=5, model={"path": tiny_model},
-        engine={"max_model_len": 1024}, sampler={"tasks_per_cycle": 4, "levels": [1], "domains": ["reverse", f"file:{FUNCTIONS}"]},
+        engine={"max_model_len": 1024}, sampler={"tasks_per_cycle": 6, "levels": [1],
+                                                   "domains": ["reverse", f"file:{FUNCTIONS}", "rg/basic_arith*"]},
         sampling={"k": 2, "max_tokens": 24}, replay={"enabled": False},
         reward={"functions": [{"name": "reverse_rewards:brevity", "weight": 0.5}]},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
@@ -74,7 +76,8 @@ def test_plugin_file_and_reward_function_trained_on(run):
     cfg, result, lake = run
     assert [c.cycle for c in result.cycles] == [0, 1] and [c.policy_version for c in result.cycles] == [1, 2]
     rows = lake.trajectories("byo").to_pylist()
-    assert {r["domain"] for r in rows} == {"reverse", f"file:{FUNCTIONS}"} and len(rows) == 2 * 4 * 2
+    assert {r["domain"] for r in rows} == {"reverse", f"file:{FUNCTIONS}", "rg/basic_arithmetic"}
+    assert len(rows) == 2 * 6 * 2
     for r in rows:
         names = [c["name"] for c in r["reward_components"]]
         assert names == ["verifier", "reverse_rewards:brevity"], r["reward_components"]
@@ -86,3 +89,5 @@ def test_plugin_file_and_reward_function_trained_on(run):
     assert all(r["verifier_version"] == f"file:{FUNCTIONS}-1" for r in code)
     assert {r["verdict"] for r in code} <= {"fail", "no_code", "timeout", "suspected_hack", "pass"}
     assert all(r["split"] == "train" for r in rows)
+    rg = [r for r in rows if r["domain"] == "rg/basic_arithmetic"]  # scored in the sandbox by reasoning-gym
+    assert {r["verdict"] for r in rg} <= {"fail", "no_code", "pass"} and not any(r["error"].startswith("rg scorer") for r in rg)

@@ -125,6 +125,13 @@ def test_cli_query_and_report(tmp_path):
     assert res.exit_code == 0 and "4" in res.output and "1.0" in res.output, res.output
     res = runner.invoke(app, ["report", "--store", str(tmp_path / "r" / "lake")], terminal_width=200)
     assert res.exit_code == 0 and "0.625" in res.output, res.output  # mean of 1.0 and 0.25
+    flat = [tasks[0]]  # a second cycle whose one group scored alike: zero variance 1.0
+    lake.commit_cycle("r", 1, flat, make_trajectories("r", 1, flat, {flat[0].task_id: [0.0, 0.0]}))
+    res = runner.invoke(app, ["report", "--store", str(tmp_path / "r" / "lake"), "--by", "domain"], terminal_width=200)
+    lines = [ln.replace("│", " ").split() for ln in res.output.splitlines() if ln.startswith("│ r ")]
+    assert res.exit_code == 0 and [ln[:3] for ln in lines] == [["r", "0", env.name], ["r", "1", env.name]], res.output
+    assert lines[0][-2] == "0.0" and lines[1][-2] == "1.0", res.output  # zero_variance per cycle
+    assert runner.invoke(app, ["report", "--store", str(tmp_path / "r" / "lake"), "--by", "nope"]).exit_code == 2
     res = runner.invoke(app, ["query", "SELECT nope FROM trajectories", "--run-id", "r", "--runs-dir", str(tmp_path)])
     assert res.exit_code == 2
 

@@ -9,6 +9,7 @@ pytestmark = pytest.mark.integration
 NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "notebooks", "quickstart.ipynb")
 
 
+@pytest.mark.slow  # ~105 s: the notebook calls flywheel() as test_cycle does, here through nbclient
 def test_quickstart_notebook_executes(tiny_model, tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient

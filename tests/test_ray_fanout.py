@@ -285,6 +285,7 @@ def ray_processes_of(driver_pid: int) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # ~140 s: shards on a real Ray cluster are the other tests here; this is the CLI around them
 def test_a_cycle_from_the_cli_on_a_local_ray(tiny_model, seaweedfs, tmp_path):
     """`flywheel run` with fanout.backend=ray and no address: the run starts a Ray of its
     own, the shards report to the CLI's ephemeral Prefect server (exactly one temporary

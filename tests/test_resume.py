@@ -20,6 +20,7 @@ def cli(args, **kw):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **kw)
 
 
+@pytest.mark.slow  # ~210 s: resume is test_cycle's and test_interrupt's too; SIGKILL mid-write is test_lake_crash's
 def test_killed_run_resumes_without_regenerating(tiny_model, tmp_path):
     args = [
         "--model", tiny_model, "--cycles", "2", "--run-id", "killed",
