@@ -41,11 +41,13 @@ def domain_mix(domains, sampler) -> dict[str, float]:
     return {domains[spec].name: w for spec, w in mixture(sampler.domains, sampler.weights).items()}
 
 
-def fresh_plan(levels: dict[str, list[int]], count: int) -> Counter:
-    """How many fresh tasks per (domain, level): round-robin, domains first."""
+def fresh_plan(levels: dict[str, list[int]], count: int, start: int = 0) -> Counter:
+    """How many fresh tasks per (domain, level): round-robin, domains first, from the
+    `start`-th (the sampler passes cycle x count, so that with more domains than tasks a
+    cycle each cycle takes the next ones, not the first ones again)."""
     plan: Counter = Counter()
     names = list(levels)
-    for i in range(count):
+    for i in range(start, start + count):
         d = names[i % len(names)]
         plan[(d, levels[d][(i // len(names)) % len(levels[d])])] += 1
     return plan
@@ -78,7 +80,7 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
         weights = cell_weights(levels, stats, cur.open_threshold, cur.min_weight, prior, mix)
         publish_table(rt.run_id, "arms", arm_rows(weights, stats, plan), f"cycle {cycle}: the sampler's arms")
     else:
-        plan = fresh_plan(levels, count)
+        plan = fresh_plan(levels, count, start=cycle * count)
     fresh = fresh_tasks(rt.domains, cfg.seed, cycle, plan)
     taken = {t.task_id for t in replayed}
     fresh = [dataclasses.replace(t, origin_cycle=cycle) for t in fresh if t.task_id not in taken]

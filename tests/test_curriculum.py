@@ -71,6 +71,8 @@ def test_fresh_tasks_are_a_seeded_stream_whose_smaller_counts_are_prefixes():
 
     full = fresh_plan({"extraction": [1], "code": [1]}, 6)
     assert full == Counter({("extraction", 1): 3, ("code", 1): 3})
+    many = {f"d{i}": [1, 2] for i in range(5)}  # more domains than tasks: each cycle the next ones
+    assert fresh_plan(many, 3, start=3) == Counter({("d3", 1): 1, ("d4", 1): 1, ("d0", 2): 1})
     a, b = fresh_tasks(DOMAINS, 0, 4, full), fresh_tasks(DOMAINS, 0, 4, full)
     assert [t.task_id for t in a] == [t.task_id for t in b] and {t.split for t in a} == {"train"}
     fewer = fresh_tasks(DOMAINS, 0, 4, Counter({("extraction", 1): 1, ("code", 1): 2}))
