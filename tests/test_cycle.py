@@ -70,7 +70,9 @@ def test_multi_turn_episodes_ran_in_workspaces(run):
 
     _, _, lake = run
     rows = [r for r in lake.trajectories("it").to_pylist() if r["domain"] in ("repair", "terminal")]
-    assert len(rows) == 2 * 2 * 2
+    # cycle 0: one task of each (six tasks, six domains); cycle 1's fresh tasks, fewer than
+    # the domains beside the replayed ones, go to domains by the curriculum's seeded draw
+    assert len([r for r in rows if r["cycle"] == 0]) == 2 * 2 and len(rows) % 2 == 0
     for r in rows:
         assert r["verdict"] != "pending" and 1 <= r["num_turns"] <= 3
         assert r["finish_reason"] in {"submit", "max_turns", "max_tokens"}
