@@ -30,7 +30,7 @@ from flywheel.results import EvalResult
 from flywheel.runtime import Runtime
 from storage import evals
 from tasks.generate import generate
-from tasks.sample import sampled_levels
+from tasks.sample import quarantine_long_prompts, sampled_levels
 from tasks.score import score
 
 EVAL_SEED = 20261130  # fixed: every evaluation sees the same held-out tasks
@@ -76,6 +76,10 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
     tasks = eval_tasks(rt.domains, cfg.sampler, per_level)
     for spec in expand_all(suites):
         tasks += suite_tasks(rt.domains[spec], cfg.eval.suite_tasks_per_level)
+    # a prompt with no room to answer is set aside, as in training (the same ones for every
+    # version, so comparisons stay paired)
+    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    tasks = quarantine_long_prompts(tasks, rt.tokenizer, budget, rt.run_dir / "quarantine" / f"eval-v{version}.jsonl")
     modes = [("greedy", cfg.sampling.model_copy(update={"k": 1, "temperature": 0.0}))]
     if k:
         modes.append(("sampled", cfg.sampling.model_copy(update={"k": k})))
