@@ -3,6 +3,7 @@ real bubblewrap sandbox in TRL's calling convention, and a function that raises,
 returns NaN costs only the trajectories it fails on."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +38,7 @@ MODULE = textwrap.dedent('''
             net = True
         except OSError:
             net = False
-        host_files = os.path.exists("/work/main") or os.path.exists("/root") or os.path.exists("/etc/passwd")
+        host_files = os.path.exists(HOST_REPO) or os.path.exists("/root") or os.path.exists("/etc/passwd")
         return [float(os.getuid() != 0 and not net and not host_files)] * len(completions)
 ''')
 
@@ -45,7 +46,8 @@ MODULE = textwrap.dedent('''
 @pytest.fixture(scope="module")
 def module_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("rewards")
-    (d / "my_rewards.py").write_text(MODULE)
+    # the checkout this test runs from, as a host path the sandbox must not see
+    (d / "my_rewards.py").write_text(f"HOST_REPO = {str(Path(__file__).resolve().parents[1])!r}\n" + MODULE)
     (d / "broken_rewards.py").write_text("import a_module_nobody_installed\n\ndef f(prompts, completions, **k):\n    return [0.0]\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(d))
