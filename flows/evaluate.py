@@ -95,9 +95,10 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
     con = evals.connect(rt.lake, rt.run_id)
     cells = eval_report.cells(con, version, k)
     groups = eval_report.groups(cells, by_group)
-    comparisons = []
-    if version > 0 and rt.lake.has_evaluation(rt.run_id, 0, "greedy"):
-        comparisons = eval_report.compare(con, 0, con, version, by_group)
+    comparisons = []  # against the run's first evaluated version: v0, or v1 after a cold start
+    first = con.execute("SELECT min(policy_version) FROM eval_cells WHERE mode = 'greedy'").fetchone()[0]
+    if first is not None and first < version:
+        comparisons = eval_report.compare(con, first, con, version, by_group)
     result = EvalResult(run_id=rt.run_id, policy_version=version, rows=cells, groups=groups,
                         vs_base=[{"group": g, **p.as_dict()} for g, p in comparisons],
                         k=k, wall_s=round(time.monotonic() - t0, 1))  # fmt: skip

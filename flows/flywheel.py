@@ -147,7 +147,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
 
 
 def eval_line(result) -> str:
-    """One line per group: pass@1 with its interval, and the paired change since v0."""
+    """One line per group: pass@1 with its interval, and the paired change since the run's first evaluated version."""
     change = {c["group"]: c for c in result.vs_base}
     parts = []
     for g in result.groups:

@@ -55,15 +55,24 @@ class Paired:
         return f"{d:+.1f} {label} (95% CI {lo:+.1f} to {hi:+.1f}, n={self.n} paired tasks{verdict})"
 
 
+MIN_STRATUM = 5
+
+
 def paired(a: dict, b: dict, cells: dict | None = None, rounds: int = 10_000, seed: int = 0) -> Paired:
-    """b - a over the tasks both scored. `cells`: task_id -> cell, resampled within."""
+    """b - a over the tasks both scored. `cells`: task_id -> cell, resampled within; cells
+    of fewer than MIN_STRATUM tasks are pooled (resampling a cell of one task within itself
+    gives it no variance at all, and the interval would shrink to a point)."""
     ids = sorted(set(a) & set(b))
     if not ids:
         raise ValueError("the two evaluations share no task: compare policies on the same tasks")
     diffs = {i: float(b[i]) - float(a[i]) for i in ids}
+    sizes: dict = {}
+    for i in ids:
+        sizes[cells.get(i) if cells else None] = sizes.get(cells.get(i) if cells else None, 0) + 1
     groups: dict = {}
     for i in ids:
-        groups.setdefault(cells.get(i) if cells else None, []).append(diffs[i])
+        cell = cells.get(i) if cells else None
+        groups.setdefault(cell if sizes[cell] >= MIN_STRATUM else "pooled", []).append(diffs[i])
     rng = random.Random(seed)
     means = []
     for _ in range(rounds):

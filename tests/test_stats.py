@@ -42,3 +42,12 @@ def test_unpaired_for_runs_of_different_seeds():
     d = unpaired([0.30, 0.32, 0.31], [0.40, 0.42, 0.41])
     assert d.resolvable and d.diff == pytest.approx(0.1)
     assert not unpaired([0.3, 0.5, 0.1], [0.32, 0.12, 0.5]).resolvable
+
+
+def test_cells_of_one_task_are_pooled_not_frozen():
+    """One task per (domain, level): stratifying on cells of one would give every resample
+    the same mean, an interval of width 0. Pooled, one task gained in 51 spans 0."""
+    a = {f"t{i}": 0 for i in range(51)}
+    b = {**a, "t0": 1}
+    p = paired(a, b, cells={f"t{i}": f"cell{i}" for i in range(51)})
+    assert p.low == 0.0 < p.high and p.low <= p.diff <= p.high
