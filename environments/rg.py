@@ -43,7 +43,7 @@ from pathlib import Path
 from environments.base import SandboxEnvironment, Score, check_split, reply, split_of
 from environments.rg_worker import HARNESS
 from environments.sandbox import Job
-from environments.verifiers import CODE_LIKE, read_tagged
+from environments.verifiers import CODE_LIKE, tagged_report
 from storage.schema import TaskSpec, stable_id
 
 log = logging.getLogger(__name__)
@@ -199,15 +199,9 @@ def answer_job(spec: dict, completion: str) -> Job | Score:
 
 
 def read_score(job: Job, result) -> Score:
-    if result.error:
-        return Score(0.0, "error", tests_total=1, error=result.error)
-    if result.timed_out:
-        return Score(0.0, "timeout", tests_total=1, error="reasoning-gym's scorer timed out")
-    report, problem = read_tagged(job, result)
-    if problem == "forged":
-        return Score(0.0, "suspected_hack", tests_total=1, error="audit: a forged or malformed result line")
-    if report is None or report.get("infra"):
-        return Score(0.0, "error", tests_total=1, error=(report or {}).get("error") or f"rg scorer: {problem}")
+    report = tagged_report(job, result, "rg scorer")
+    if isinstance(report, Score):
+        return report
     credit = float(report.get("score", 0.0))
     credit = credit if credit >= MIN_CREDIT else 0.0
     passed = credit >= 1.0

@@ -35,6 +35,8 @@ import signal
 import sys
 import time
 
+from environments.verifiers import TAGGED_PRELUDE
+
 ITEM_TIMEOUT_S = 10
 
 # Run in the sandbox (python -I, reasoning_gym from sandbox.libraries) and by check() here.
@@ -76,21 +78,7 @@ def rg_score(spec):
 """
 
 HARNESS = (
-    r"""
-import json, os
-def read_all(fd):
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-spec = json.loads(read_all(0))
-nonce = spec.pop("nonce")
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # what scoring prints goes nowhere
-def report(**result):
-    os.write(out, (nonce + json.dumps(result) + "\n").encode())
-    os._exit(0)
-"""
+    TAGGED_PRELUDE
     + SCORER
     + r"""
 try:

@@ -155,8 +155,11 @@ def check_regex(pattern: str, completion: str) -> Score:
     return _graded(re.fullmatch(pattern, got.strip(), re.DOTALL) is not None, f"{got[:200]!r} does not match")
 
 
-# ---- math: math-verify in the sandbox -----------------------------------------------------
-MATH_HARNESS = r"""
+# ---- harnesses that report one tagged line ------------------------------------------------
+# The sandbox side: the spec from stdin, its nonce taken out, what the scoring prints sent to
+# /dev/null, and `report(**result)` writing the one line tagged with the nonce, then exiting.
+# `tagged_report` is the host side. Used by math-verify's harness and reasoning-gym's.
+TAGGED_PRELUDE = r"""
 import json, os
 def read_all(fd):
     chunks = []
@@ -164,14 +167,34 @@ def read_all(fd):
         chunks.append(chunk)
     return b"".join(chunks)
 spec = json.loads(read_all(0))
+nonce = spec.pop("nonce")
 out = os.dup(1)
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-def reporter(nonce):
-    def report(**result):
-        os.write(out, (nonce + json.dumps(result) + "\n").encode())
-        os._exit(0)
+def report(**result):
+    os.write(out, (nonce + json.dumps(result) + "\n").encode())
+    os._exit(0)
+"""
+
+
+def tagged_report(job: Job, result: ExecResult, what: str) -> dict | Score:
+    """The harness's report, or the Score when there is none to read: the sandbox broke,
+    the job timed out, a line was forged, or the harness says its library is missing."""
+    if result.error:
+        return Score(0.0, "error", tests_total=1, error=result.error)
+    if result.timed_out:
+        return Score(0.0, "timeout", tests_total=1, error=f"{what} timed out")
+    report, problem = read_tagged(job, result)
+    if problem == "forged":
+        return Score(0.0, "suspected_hack", tests_total=1, error="audit: a forged or malformed result line")
+    if report is None:
+        return Score(0.0, "error", tests_total=1, error=f"{what}: {problem}")
+    if report.get("infra"):
+        return Score(0.0, "error", tests_total=1, error=report.get("error", ""))
     return report
-report = reporter(spec.pop("nonce"))
+
+
+# ---- math: math-verify in the sandbox -----------------------------------------------------
+MATH_HARNESS = TAGGED_PRELUDE + r"""
 try:
     from math_verify import parse, verify
 except ImportError as e:
@@ -214,17 +237,9 @@ def read_tagged(job: Job, result: ExecResult) -> tuple[dict | None, str]:
 
 
 def score_math(job: Job, result: ExecResult) -> Score:
-    if result.error:
-        return Score(0.0, "error", tests_total=1, error=result.error)
-    if result.timed_out:
-        return Score(0.0, "timeout", tests_total=1, error="math-verify timed out")
-    report, problem = read_tagged(job, result)
-    if problem == "forged":
-        return Score(0.0, "suspected_hack", tests_total=1, error="audit: a forged or malformed result line")
-    if report is None:
-        return Score(0.0, "error", tests_total=1, error=f"math-verify: {problem}")
-    if report.get("infra"):
-        return Score(0.0, "error", tests_total=1, error=report.get("error", ""))
+    report = tagged_report(job, result, "math-verify")
+    if isinstance(report, Score):
+        return report
     if report.get("parsed") is False:
         return Score(0.0, "no_code", tests_total=1, error=report.get("error", ""))
     return _graded(bool(report.get("ok")), report.get("error") or "not equivalent to the expected answer")

@@ -121,7 +121,11 @@ def plan(levels: dict[str, list[int]], count: int, stats: dict, threshold: float
     the cycle's), so that with hundreds of cells and a handful of tasks each cell is
     sampled as often as its weight says, not the first ones in order every cycle.
     Without a seed the leftovers go by largest fraction (ties in order)."""
-    weights = cell_weights(levels, stats, threshold, min_weight, prior, mix)
+    return allot(cell_weights(levels, stats, threshold, min_weight, prior, mix), count, seed)
+
+
+def allot(weights: dict[tuple[str, int], float], count: int, seed: int | None = None) -> Counter:
+    """`count` tasks over cells in proportion to `weights` (see `plan`)."""
     cells = list(weights)
     total = sum(weights.values())
     exact = {c: count * w / total for c, w in weights.items()}
