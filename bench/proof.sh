@@ -17,12 +17,13 @@ step $FW sft --config "$CFG" --run-id proof-sft --references 64 --epochs 20 --le
   --max-minutes 30                                                                     > "$OUT/sft.txt"
 step $FW eval --config "$CFG" --run-id proof-sft                                      > "$OUT/eval-sft30.txt"
 step $FW run --config "$CFG" --run-id proof-rl                                        > "$OUT/rl.txt"
-step $FW eval --config "$CFG" --run-id proof-rl --version 1                           > "$OUT/eval-rl-v1-sft.txt"
 step $FW eval --config "$CFG" --run-id proof-rl                                       > "$OUT/eval-rl-final.txt"
-for b in "proof-sft current" "proof-rl 1" "proof-rl current"; do
-  set -- $b
-  $FW compare --store runs/proof/lake --run-id proof-base --a 0 --other-run "$1" --b "$2" >> "$OUT/compare.txt"
-done
-$FW compare --store runs/proof/lake --run-id proof-sft --a current --other-run proof-rl --b current >> "$OUT/compare.txt"
-$FW compare --store runs/proof/lake --run-id proof-rl --a 1 --b current >> "$OUT/compare.txt"
 cp runs/proof-rl/cycles.jsonl "$OUT/rl-cycles.jsonl"
+cmp() { $FW compare --store runs/proof/lake "$@" >> "$OUT/compare.txt"; }
+cmp --run-id proof-base --a 0 --other-run proof-sft --b current
+cmp --run-id proof-base --a 0 --other-run proof-rl --b current
+cmp --run-id proof-sft --a current --other-run proof-rl --b current
+# the RL run's own cold-start policy last: the split by stage, not the claim itself
+step $FW eval --config "$CFG" --run-id proof-rl --version 1                           > "$OUT/eval-rl-v1-sft.txt"
+cmp --run-id proof-base --a 0 --other-run proof-rl --b 1
+cmp --run-id proof-rl --a 1 --b current

@@ -8,6 +8,8 @@
                            `flywheel.domains` entry-point group (NAME = module:Class);
   pkg.module:Class         any importable Environment subclass;
   rg/NAME                  a reasoning-gym generator (environments/rg.py);
+  traces:WORKLOAD          a workload's production traces in the run's lake
+                           (environments/traces.py; needs the run's TraceSource);
   a glob                   every domain it matches: rg/*, rg/algorithmic/* (by category),
                            rg/*_arithmetic, ... (`expand`).
 `sampler.weights` mixes them (`mixture`): an entry's weight is shared evenly among the
@@ -136,9 +138,23 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
     raise DomainError(f"unknown domain {spec!r}; known: {', '.join(known)}, or file:PATH, or module:Class")
 
 
+@lru_cache(maxsize=None)
+def resolve_traces(spec: str, source) -> Environment:
+    """`traces:WORKLOAD` from a TraceSource (environments/traces.py), built once per process."""
+    from environments.task_file import TaskFileError
+    from environments.traces import TraceTasks
+
+    if source is None:
+        raise DomainError(f"domain {spec!r}: production traces need a run's lake (build the domains from a config)")
+    try:
+        return TraceTasks(spec[len("traces:") :], source)
+    except TaskFileError as exc:
+        raise DomainError(str(exc)) from exc
+
+
 def source_of(spec: str, env: Environment) -> str:
     """Where a domain comes from, for `flywheel domains`."""
-    if spec in BUILTIN or spec in SUITES or spec.startswith(("file:", "rg/")):
+    if spec in BUILTIN or spec in SUITES or spec.startswith(("file:", "rg/", "traces:")):
         return env.source
     found = plugins()
     return f"plug-in {found[spec]}" if spec in found else spec
@@ -156,19 +172,24 @@ class DomainInfo:
 class Domains:
     """The run's environments by name, built from the specs of a config."""
 
-    def __init__(self, specs: list[str], eval_files: list[str] = ()):
+    def __init__(self, specs: list[str], eval_files: list[str] = (), traces=None):
+        """`traces`: the TraceSource (environments/traces.py) `traces:` specs read from."""
         eval_only = {f"file:{f}" for f in eval_files}
         self.specs = expand_all(specs)
+        self.traces = traces
         self.by_name: dict[str, Environment] = {}
         self.sources: dict[str, str] = {}
         for spec in self.specs:
-            env = resolve(spec, spec in eval_only)
+            env = self._resolve(spec, spec in eval_only)
             self.by_name[env.name] = env
             self.sources[env.name] = source_of(spec, env)
 
+    def _resolve(self, spec: str, eval_only: bool = False) -> Environment:
+        return resolve_traces(spec, self.traces) if spec.startswith("traces:") else resolve(spec, eval_only)
+
     def __getitem__(self, name: str) -> Environment:
         if name not in self.by_name:  # a replayed task of a domain no longer configured
-            self.by_name[name] = resolve(name)
+            self.by_name[name] = self._resolve(name)
         return self.by_name[name]
 
     def __iter__(self):

@@ -42,30 +42,35 @@ class FileTasks(SandboxEnvironment):
         self.path, self.eval_only = path, eval_only
         self.name = f"file:{path}"
         self.source = f"file {path}" + (" (eval only)" if eval_only else "")
-        self.quarantined: list[dict] = []
-        self.cells: dict[tuple[str, int], list[Row]] = {}
         if not Path(path).exists():
             raise TaskFileError(f"task file {path} does not exist")
-        seen: set[str] = set()
         try:
-            for where, raw, error in read_rows(path):
-                if not error:
-                    try:
-                        row = normalise(raw, eval_only)
-                        if row.key in seen:
-                            raise RowError(f"duplicate id {row.key!r}")
-                    except RowError as exc:
-                        error = str(exc)
-                    except Exception as exc:  # noqa: BLE001  (a malformed row must never stop the file)
-                        error = f"{type(exc).__name__}: {exc}"
-                if error:
-                    self.quarantined.append({"file": path, "where": where, "reason": error, "row": _preview(raw)})
-                    continue
-                seen.add(row.key)
-                split = row.split or split_of(f"{self.name}:{row.key}")
-                self.cells.setdefault((split, row.level), []).append(row)
+            self._load(read_rows(path))
         except FileNotFoundError as exc:
             raise TaskFileError(str(exc)) from exc
+
+    def _load(self, rows) -> None:
+        """Check every (where, raw row, read error) of `rows`; keep the good, quarantine the rest."""
+        path, eval_only = self.path, self.eval_only
+        self.quarantined: list[dict] = []
+        self.cells: dict[tuple[str, int], list[Row]] = {}
+        seen: set[str] = set()
+        for where, raw, error in rows:
+            if not error:
+                try:
+                    row = normalise(raw, eval_only)
+                    if row.key in seen:
+                        raise RowError(f"duplicate id {row.key!r}")
+                except RowError as exc:
+                    error = str(exc)
+                except Exception as exc:  # noqa: BLE001  (a malformed row must never stop the file)
+                    error = f"{type(exc).__name__}: {exc}"
+            if error:
+                self.quarantined.append({"file": path, "where": where, "reason": error, "row": _preview(raw)})
+                continue
+            seen.add(row.key)
+            split = row.split or split_of(f"{self.name}:{row.key}")
+            self.cells.setdefault((split, row.level), []).append(row)
         if not self.cells:
             reasons = "; ".join(f"{q['where']}: {q['reason']}" for q in self.quarantined[:3])
             raise TaskFileError(f"task file {path} has no usable row ({len(self.quarantined)} quarantined: {reasons})")

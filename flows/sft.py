@@ -101,11 +101,11 @@ def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, p
     domain's reference reply. The seed is apart from the sampler's, so these tasks are
     not the ones RL then draws (both are train split; the eval split is never touched).
     """
-    from environments.registry import Domains
+    from flywheel.runtime import build_domains
     from policy.multiturn import play_reference
     from tasks.sample import sampled_levels
 
-    domains = Domains(config.sampler.domains)
+    domains = build_domains(config)
     out = []
     for name, levels in sampled_levels(domains, config.sampler).items():
         env = domains[name]

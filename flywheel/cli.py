@@ -13,6 +13,7 @@ import flywheel  # noqa: F401  (offline defaults)
 from flywheel.cli_common import checked_config, live_display, load_config, rich_table
 from flywheel.cli_eval import register_eval_commands
 from flywheel.cli_store import store_app
+from flywheel.cli_traces import register_trace_commands
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(store_app, name="store")
@@ -75,6 +76,7 @@ def sft(
 
 
 register_eval_commands(app)
+register_trace_commands(app)
 
 
 @app.command()
@@ -141,15 +143,31 @@ def report(
     store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
     s3_endpoint: Optional[str] = typer.Option(None),
     runs_dir: str = typer.Option("runs"),
-    by: str = typer.Option("level", help="level: per domain and level; domain: per domain; cycle: per cycle."),
+    by: str = typer.Option("level", help="level: per domain and level; domain: per domain; cycle: per cycle; "
+                           "workload: per production workload (traces, tasks, logged failures, pass rates)."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="--by workload: the config naming the workloads."),
+    set_: list[str] = typer.Option([], "--set", help="--by workload: override config keys (workloads, store.uri)."),
 ):
     """Reward, pass rate and the share of zero-variance groups per run and cycle, by
-    domain and level (or by domain, or whole cycles)."""
+    domain and level (or by domain, or whole cycles); or per production workload."""
     from storage.query import connect
 
     keys = {"level": "domain, level", "domain": "domain", "cycle": "split"}
+    if by == "workload":
+        from rich.console import Console
+
+        from flywheel.workload_report import workload_rows
+
+        if not run_id:
+            typer.secho("--by workload needs --run-id (the run whose policy is reported)", fg="red", err=True)
+            raise typer.Exit(2)
+        config = load_config(config_file, set_, **{"run_id": run_id, "runs_dir": runs_dir, "store.uri": store,
+                                                   "store.endpoint": s3_endpoint})  # fmt: skip
+        rows = workload_rows(config)
+        Console().print(rich_table(list(rows[0]) if rows else ["workload"], [list(r.values()) for r in rows]))
+        return
     if by not in keys:
-        typer.secho(f"--by takes one of {', '.join(keys)}, not {by!r}", fg="red", err=True)
+        typer.secho(f"--by takes one of {', '.join([*keys, 'workload'])}, not {by!r}", fg="red", err=True)
         raise typer.Exit(2)
     _print_query(connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id), REPORT_SQL.format(by=keys[by]))
 

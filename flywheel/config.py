@@ -210,6 +210,9 @@ class ReplayConfig(BaseModel):
     )
     lookback_cycles: int = Field(3, ge=1, description="Failures older than this many cycles age out.")
     max_replays: int = Field(3, ge=1, description="A task is replayed at most this many times.")
+    production_per_cycle: int = Field(
+        4, ge=0, description="Logged production failures (traces: domains) queued per cycle, untried ones first.",
+    )
     priority: Literal["recent", "near_miss", "hardest"] = Field(
         "near_miss", description="Which failures come first when more are queued than the sampler takes "
         "(near_miss: closest to solved, whose groups most often still vary).",
@@ -273,6 +276,38 @@ class ColdStartConfig(BaseModel):
     learning_rate: float = Field(5e-5, gt=0)
 
 
+class IngestConfig(BaseModel):
+    """Production traces in (flows/ingest.py): what is scrubbed, what is set aside."""
+
+    scrub_patterns: dict[str, str] = Field(
+        {}, description="Extra patterns to scrub, name -> Python regex; each match becomes [REDACTED:name].",
+    )
+    scrub_defaults: bool = Field(True, description="Scrub API keys, tokens, emails, phone and card numbers too.")
+    default_workload: str = Field("default", description="Workload of records that name none.")
+    max_message_chars: int = Field(100_000, ge=1, description="A longer message quarantines its record.")
+
+
+class WorkloadConfig(BaseModel):
+    """How a production workload's traces become tasks (environments/traces.py): sample
+    them as the domain `traces:<workload>`."""
+
+    verifier: str = Field(
+        "none", description="A task-file verifier kind (exact, numeric, math, json_fields, regex, ...), or none: "
+        "reward.functions alone score it.",
+    )
+    negative_below: float = Field(0.5, description="A rating under this is negative feedback (a logged failure).")
+    level: int = Field(1, ge=1, description="The level its tasks get.")
+
+    @field_validator("verifier")
+    @classmethod
+    def _known(cls, value):
+        from environments.task_rows import KNOWN
+
+        if value not in KNOWN:
+            raise ValueError(f"unknown verifier {value!r}; known: {', '.join(KNOWN)}")
+        return value
+
+
 class FlywheelConfig(BaseModel):
     run_id: str = Field("", description="Empty: a new run. An existing id resumes that run.")
     runs_dir: str = "runs"
@@ -295,6 +330,10 @@ class FlywheelConfig(BaseModel):
     fanout: FanoutConfig = FanoutConfig()
     cold_start: ColdStartConfig = ColdStartConfig()
     eval: EvalConfig = EvalConfig()
+    ingest: IngestConfig = IngestConfig()
+    workloads: dict[str, WorkloadConfig] = Field(
+        {}, description="Production workloads by name (ingested traces' workload_id) and how their traces are verified.",
+    )
 
     def with_run_id(self) -> "FlywheelConfig":
         """This config with a fresh, time-stamped run id when none was given."""

@@ -45,10 +45,20 @@ def domain_specs(config: FlywheelConfig) -> list[str]:
     return list(dict.fromkeys([*config.sampler.domains, *(f"file:{f}" for f in config.eval.files)]))
 
 
+def trace_source(config: FlywheelConfig):
+    """Where `traces:` domains read: the run's lake, and the workloads' verifiers."""
+    from environments.traces import TraceSource
+
+    if not any(s.startswith("traces:") for s in domain_specs(config)):
+        return None
+    workloads = json.dumps({k: v.model_dump() for k, v in config.workloads.items()}, sort_keys=True)
+    return TraceSource(config.lake_uri, config.store.endpoint, config.store.region, workloads)
+
+
 def build_domains(config: FlywheelConfig) -> Domains:
     """The run's domains; raises DomainError naming a domain or file that is unusable,
     or a sampled domain that is eval-only."""
-    domains = Domains(domain_specs(config), config.eval.files)
+    domains = Domains(domain_specs(config), config.eval.files, trace_source(config))
     mixture(config.sampler.domains, config.sampler.weights)  # a weight for no entry stops here
     eval_only = {f"file:{f}" for f in config.eval.files}
     for spec in expand_all(config.sampler.domains):

@@ -20,6 +20,8 @@ Versions:
      not yet in the engine) when the trajectory was generated; 0 in synchronous runs.
   4  `reward_components` on trajectories: the parts of the reward, each with its name,
      value and error (the domain's verifier, each of `reward.functions`).
+  5  messages gain `tool_calls` (id, name, arguments as JSON text) and `tool_call_id`,
+     the OpenAI shape; production traces (`TRACE_SCHEMA`, storage/traces.py).
 
 Nested data the schema does not need to query (environment setup, hidden tests) is kept
 as JSON text: it varies per domain and a new domain must not need a schema change.
@@ -34,11 +36,14 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 VERDICTS = ("pass", "fail", "no_code", "error", "timeout", "suspected_hack")
 
-MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+TOOL_CALL = pa.struct([("id", pa.string()), ("name", pa.string()), ("arguments", pa.string())])
+MESSAGE = pa.struct(
+    [("role", pa.string()), ("content", pa.string()), ("tool_calls", pa.list_(TOOL_CALL)), ("tool_call_id", pa.string())]
+)
 COMPONENT = pa.struct([("name", pa.string()), ("value", pa.float64()), ("error", pa.string())])
 STEP = pa.struct(
     [
@@ -179,6 +184,29 @@ TRAJECTORY_SCHEMA = pa.schema(
 )
 
 
+# A production trace (storage/traces.py): one logged request and its response, scrubbed,
+# identified by its content. Not a dataclass: traces are built and read as Arrow rows.
+TRACE_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),  # content hash: workload, messages, tools, response
+        ("workload_id", pa.string()),
+        ("client_id", pa.string()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("messages", pa.list_(MESSAGE)),  # the request's messages
+        ("tools_json", pa.string()),  # the request's tools, as JSON ("" without)
+        ("response", MESSAGE),  # the logged reply (null when the log has none)
+        ("request_json", pa.string()),  # the request's other options (model, temperature, ...)
+        ("rating", pa.float64()),  # feedback, as given (thumbs: 1 up, 0 down)
+        ("corrected", pa.string()),  # a corrected answer from feedback
+        ("feedback_json", pa.string()),
+        ("source", pa.string()),  # file name and line (or row) it came from
+        ("batch", pa.string()),  # the ingest batch that wrote it
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ],
+    metadata={"flywheel.schema_version": str(SCHEMA_VERSION), "flywheel.record": "trace"},
+)
+
+
 def to_table(records: list, schema: pa.Schema) -> pa.Table:
     """Records -> a table of `schema`; schema columns the record lacks are null."""
     return pa.Table.from_pylist([asdict(r) for r in records], schema=schema)
@@ -190,10 +218,18 @@ def with_cycle(table: pa.Table, cycle: int) -> pa.Table:
     return table.set_column(table.schema.get_field_index("cycle"), "cycle", column)
 
 
+def plain_messages(messages: list[dict]) -> list[dict]:
+    """Messages as read from Parquet, without the keys they do not use (a message without
+    tool calls reads back with `tool_calls: None`; chat templates test for the key)."""
+    return [{k: v for k, v in m.items() if v is not None} for m in messages]
+
+
 def tasks_from_table(table: pa.Table) -> list[TaskSpec]:
     """Rows -> TaskSpecs; a field an older file lacks (read as null) takes its default."""
     defaults = {f.name: f.default for f in fields(TaskSpec)}
-    return [
-        TaskSpec(**{k: (defaults[k] if v is None else v) for k, v in row.items() if k in defaults})
-        for row in table.to_pylist()
-    ]
+    out = []
+    for row in table.to_pylist():
+        spec = TaskSpec(**{k: (defaults[k] if v is None else v) for k, v in row.items() if k in defaults})
+        spec.prompt = plain_messages(spec.prompt)
+        out.append(spec)
+    return out

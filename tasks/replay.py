@@ -1,7 +1,12 @@
-"""Stage 7, replay: failures of recent cycles are queued, in the lake, for the next one.
-The queue is a file per cycle, so a resumed run finds it instead of recomputing it."""
+"""Stage 7, replay: failures of recent cycles are queued, in the lake, for the next one,
+and so are production's: tasks of sampled `traces:` domains whose logged response failed
+(environments/traces.py) that this run has not tried yet, up to
+`replay.production_per_cycle`. The queue is a file per cycle, so a resumed run finds it
+instead of recomputing it."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -18,5 +23,17 @@ def replay(rt, cycle: int) -> list[TaskSpec]:
         queue = select_replay(
             rt.lake, rt.run_id, cycle, cfg.threshold, cfg.lookback_cycles, cfg.max_replays, cfg.priority, cfg.min_best
         )
+        queue += production_failures(rt, cfg.production_per_cycle, {t.task_id for t in queue})
     rt.lake.write_replay_queue(rt.run_id, cycle + 1, queue)
     return queue
+
+
+def production_failures(rt, limit: int, queued: set[str]) -> list[TaskSpec]:
+    """Logged failures of the sampled `traces:` domains this run has not tried, the first
+    `limit` in a fixed order, as replays (origin_cycle -1: they come from outside)."""
+    failures = [t for env in rt.domains if hasattr(env, "logged_failures") for t in env.logged_failures()]
+    if not failures or limit <= 0:
+        return []
+    tried = set(rt.lake.dataset("tasks", rt.run_id).to_table(columns=["task_id"]).column("task_id").to_pylist())
+    fresh = [t for t in failures if t.task_id not in tried and t.task_id not in queued]
+    return [dataclasses.replace(t, origin="replay", replay_count=1) for t in fresh[:limit]]

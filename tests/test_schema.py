@@ -14,8 +14,14 @@ from storage.synthetic import cycle_tables
 V1_DROPPED = {"tasks": ["origin_cycle", "cycle"], "trajectories": ["origin_cycle", "policy_lag", "reward_components"]}
 
 
+V1_MESSAGE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))  # before v5's tool calls
+
+
 def as_v1(table: pa.Table, kind: str) -> pa.Table:
     table = table.drop_columns(V1_DROPPED[kind])
+    column = "prompt" if kind == "tasks" else "messages"
+    old = [[{"role": m["role"], "content": m["content"]} for m in ms] for ms in table[column].to_pylist()]
+    table = table.set_column(table.schema.get_field_index(column), column, pa.array(old, V1_MESSAGE))
     return table.replace_schema_metadata({"flywheel.schema_version": "1", "flywheel.record": kind[:-1]})
 
 
@@ -32,7 +38,7 @@ def write_v1_cycle(lake: Lake, run: str, cycle: int, tasks: pa.Table, trajs: pa.
 
 
 def test_v1_files_read_next_to_current_ones(tmp_path):
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     lake = Lake(str(tmp_path / "lake"))
     old_tasks, old_trajs = cycle_tables("r", 0, 20, k=2, task_pool=40)
     write_v1_cycle(lake, "r", 0, old_tasks, old_trajs)
@@ -46,6 +52,10 @@ def test_v1_files_read_next_to_current_ones(tmp_path):
     assert by_cycle == [(0, 40, 0, 0), (1, 40, 40, 40)]  # v1 rows: later columns read as null
     specs = lake.tasks("r", cycles=[0])
     assert len(specs) == 20 and all(s.origin_cycle == -1 for s in specs)  # the field's default
+    # v1 messages (role, content) read through v5's (tool_calls, tool_call_id as null), and a
+    # prompt comes back as the plain messages it was written as
+    assert specs[0].prompt == [{"role": "user", "content": specs[0].prompt[0]["content"]}]
+    assert table.column("messages")[0].as_py()[0]["tool_calls"] is None
     assert lake.dataset("tasks", "r").schema.names == TASK_SCHEMA.names
     # replay over a window holding both versions: a v1 failure's origin is its cycle
     queue = select_replay(lake, "r", 1, threshold=1.0, lookback=2, max_replays=3)
