@@ -124,6 +124,32 @@ class RewardFunctionConfig(BaseModel):
     weight: float = 1.0
 
 
+class JudgeConfig(BaseModel):
+    """An LLM judge's rubric as a reward term (environments/judge.py); off while `rubric` is empty."""
+
+    rubric: str = Field("", description="What a good response does; empty: no judge.")
+    backend: Literal["openai", "engine"] = Field(
+        "openai", description="openai: an OpenAI-compatible server at base_url; engine: the run's own engine (the policy).",
+    )
+    base_url: str | None = Field(None, description="openai backend: the server, e.g. http://127.0.0.1:8000.")
+    model: str | None = Field(None, description="openai backend: the model name (default: the server's first).")
+    weight: float = Field(1.0, ge=0, description="Weight of the judge's score (0-1) in the reward.")
+    scale: int = Field(10, ge=1, description="The judge scores 0..scale; normalised to 0-1.")
+    pass_score: float = Field(
+        0.7, ge=0, le=1, description="A normalised score at or above this is the judge's pass (cross-check with the verifier)."
+    )
+    max_retries: int = Field(2, ge=0, description="Retries of a failed or nonsense answer before an error component.")
+    timeout_s: float = Field(60.0, gt=0)
+    max_concurrency: int = Field(8, ge=1)
+    max_tokens: int = Field(16, ge=1, description="The judge's reply length (SCORE: N fits in a few tokens).")
+
+    @model_validator(mode="after")
+    def _url_for_openai(self):
+        if self.rubric and self.backend == "openai" and not self.base_url:
+            raise ValueError("reward.judge: the openai backend needs base_url (or backend: engine)")
+        return self
+
+
 class RewardConfig(BaseModel):
     functions: list[RewardFunctionConfig] = Field(
         [], description="User reward functions, run in the sandbox on every single-turn trajectory; each value is "
@@ -132,6 +158,7 @@ class RewardConfig(BaseModel):
     verifier_weight: float = Field(1.0, ge=0, description="Weight of the domain's own verifier when functions are set.")
     pass_threshold: float = Field(1.0, description="Rows without a verifier of their own pass at this reward.")
     function_timeout_s: int = Field(5, ge=1, description="Time limit of one reward function call.")
+    judge: JudgeConfig = JudgeConfig()
     overlong_buffer: int = Field(
         0, ge=0, description="DAPO soft overlong penalty: the last N tokens of max_tokens cost up to -1."
     )

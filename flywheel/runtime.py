@@ -113,6 +113,7 @@ class Runtime:
         self._say = say
         self._engine = None
         self._engine_version = 0
+        self._judge = None
         self._trainer = None
         self.fanout = make_fanout(self)  # where generate and score run; Ray starts on first use
 
@@ -166,6 +167,15 @@ class Runtime:
                 self._engine = make_engine(policy_dir, self.config.engine, self.config.seed)
             self._engine_version = version
         return self._engine
+
+    @property
+    def judge(self):
+        """`reward.judge`'s judge (environments/judge.py), built on first use; None without a rubric."""
+        if self._judge is None and self.config.reward.judge.rubric:
+            from environments.judge import make_judge
+
+            self._judge = make_judge(self.config.reward.judge, self.lake, lambda: self.engine, lambda: self.tokenizer)
+        return self._judge
 
     @property
     def engine_version(self) -> int:

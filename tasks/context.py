@@ -3,7 +3,7 @@
 `StageContext` is the stage's own facts (run, cycle, label, the policy version the
 engine holds and how many updates are in flight, how to sample), fixed when the flow
 calls the stage; nothing writes to it afterwards. `Parts` is what the bodies use to do
-the work (tokenizer, sandbox, engine, domains, reward functions): the driver's Runtime
+the work (tokenizer, sandbox, engine, domains, reward functions, judge): the driver's Runtime
 (flywheel/runtime.py) or, on a Ray worker, the parts a shard rebuilds from the config
 (tasks/shards.py). A body never reads anything else from either.
 """
@@ -42,3 +42,6 @@ class Parts(Protocol):
 
     @property
     def reward_functions(self) -> list: ...  # environments.reward_functions.RewardFunction
+
+    @property
+    def judge(self): ...  # environments.judge.Judge, or None without reward.judge.rubric

@@ -5,9 +5,10 @@ Dispatch on the domain's kind, once per rollout: "check" domains score on the ho
 "sandbox" domains' jobs run all at once on the sandbox pool; "episode" rollouts were
 scored in their workspaces during generation and keep that score. Then the user's
 `reward.functions` (environments/reward_functions.py) score the single-turn rollouts in
-the sandbox, each one's value kept as its own reward component:
+the sandbox and `reward.judge` (environments/judge.py) scores them by a rubric, each
+one's value kept as its own reward component:
 
-    reward = verifier_weight * verifier reward + sum(weight_i * value_i)
+    reward = verifier_weight * verifier reward + sum(weight_i * value_i) + judge.weight * judge
 
 A row without a verifier of its own (`Score.graded` False, a task file's `none` rows)
 passes when that reward reaches `reward.pass_threshold`.
@@ -87,6 +88,8 @@ def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> 
         with stage("rewards", total=len(items) * len(functions)) as advance:
             values = dict(zip(single, rf.evaluate(parts.sandbox, functions, items, ctx.config.reward.function_timeout_s)))
             advance(len(items) * len(functions))
+    judged = judge_rollouts(parts.judge, ctx, [rollouts[i] for i in single])
+    judged = dict(zip(single, judged)) if judged else {}
     max_tokens, buffer = ctx.sampling.max_tokens, ctx.config.reward.overlong_buffer
     out = []
     for i, r in enumerate(rollouts):
@@ -96,7 +99,7 @@ def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> 
             continue
         env = parts.domains[r.task.domain]
         sc, res = verified[i].score, verified[i].result
-        sc, components = with_functions(sc, values.get(i, {}), functions, ctx.config.reward)
+        sc, components = with_functions(sc, values.get(i, {}), functions, ctx.config.reward, judged.get(i))
         steps, timings = [], {}
         if res is not None:
             steps.append(dict(
@@ -124,22 +127,48 @@ def reward_item(r: Rollout) -> dict:
     return {"prompt": r.task.prompt, "completion": [{"role": "assistant", "content": r.completion}], "columns": columns}
 
 
-def with_functions(sc: Score, values: dict, functions: list, cfg: RewardConfig) -> tuple[Score, list[dict]]:
-    """The verifier's Score combined with the reward functions' values, and the components."""
+def judge_rollouts(judge, ctx: StageContext, rollouts: list[Rollout]) -> list:
+    """`reward.judge`'s Judgement of each single-turn rollout (none without a judge); what it
+    cost goes to <run dir>/judge.jsonl."""
+    if judge is None or not rollouts:
+        return []
+    items = [("\n\n".join(f"[{m['role']}] {m['content']}" for m in r.task.prompt), r.completion) for r in rollouts]
+    with stage("judge", total=len(items)) as advance:
+        out = judge.score(items, advance)
+    path = ctx.config.run_dir / "judge.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps({"cycle": ctx.cycle, "label": ctx.label, **dataclasses.asdict(judge.stats)}) + "\n")
+    return out
+
+
+def with_functions(sc: Score, values: dict, functions: list, cfg: RewardConfig, judged=None) -> tuple[Score, list[dict]]:
+    """The verifier's Score combined with the reward functions' values and the judge's
+    (environments/judge.py), and the components. Where the verifier grades too, the
+    judge's pass (score >= judge.pass_score) is cross-checked against it: component
+    `judge_agrees` (1 or 0), so disagreements are a query away. A completion that
+    addressed the judge scores 0 with the verdict `suspected_hack`."""
     components = [component("verifier", sc.reward if sc.graded else None)]
-    if not functions:
+    if not functions and judged is None:
         return sc, components
+    terms = [(fn.name, fn.weight, *values.get(fn.name, (None, "not evaluated"))) for fn in functions]
+    if judged is not None:
+        terms.append(("judge", cfg.judge.weight, judged.value, judged.error if judged.value is None else ""))
     total = cfg.verifier_weight * sc.reward if sc.graded else 0.0
     errors = []
-    for fn in functions:
-        value, error = values.get(fn.name, (None, "not evaluated"))
-        components.append(component(fn.name, value, error))
+    for name, weight, value, error in terms:
+        components.append(component(name, value, error))
         if value is None:
-            errors.append(f"reward function {fn.name}: {error}")
+            errors.append(f"{'judge' if name == 'judge' else 'reward function ' + name}: {error}")
         else:
-            total += fn.weight * value
+            total += weight * value
+    if judged is not None and judged.value is not None and sc.graded and not judged.flagged:
+        agrees = (sc.verdict == "pass") == (judged.value >= cfg.judge.pass_score)
+        components.append(component("judge_agrees", float(agrees)))
     verdict = sc.verdict
     if not sc.graded:
         verdict = "error" if errors else ("pass" if total >= cfg.pass_threshold else "fail")
+    if judged is not None and judged.flagged:
+        verdict, total, errors = "suspected_hack", 0.0, [*errors, judged.error]
     error = "; ".join([e for e in [sc.error, *errors] if e])
     return dataclasses.replace(sc, reward=total, verdict=verdict, error=error[:2000]), components

@@ -98,6 +98,16 @@ class ShardParts:
         return _part(("rewards", repr(specs)), lambda: reward_functions.load(specs))
 
     @property
+    def judge(self):
+        from environments.judge import make_judge
+        from storage.lake import Lake
+
+        cfg, store = self.config.reward.judge, self.config.store
+        lake = lambda: Lake(self.config.lake_uri, store.endpoint, store.region)  # noqa: E731
+        return _part(("judge", cfg.model_dump_json(), self.config.lake_uri),
+                     lambda: make_judge(cfg, lake(), lambda: self.engine, lambda: self.tokenizer))  # fmt: skip
+
+    @property
     def sandbox(self):
         from environments.sandbox import make_sandbox
 
