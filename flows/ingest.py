@@ -139,6 +139,24 @@ def ingest_file(store: TraceStore, path: str, cfg: IngestConfig, workload: str |
     return report
 
 
+LOG_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".ndjson", ".parquet")
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """Files as given; a dir (a drop dir of logs) as its log files in name order, unless it
+    is a `datasets` dir (saved with save_to_disk), which is read as one."""
+    out = []
+    for path in paths:
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"ingest: {path} does not exist")
+        if p.is_dir() and not any((p / f).exists() for f in ("dataset_info.json", "dataset_dict.json", "state.json")):
+            out += [str(f) for f in sorted(p.iterdir()) if f.is_file() and f.name.endswith(LOG_SUFFIXES)]
+        else:
+            out.append(path)
+    return out
+
+
 @flow(name="ingest")
 def ingest(paths: list[str], config: FlywheelConfig = FlywheelConfig(), workload: str | None = None,
            store: str | None = None) -> list[IngestReport]:  # fmt: skip
@@ -149,9 +167,7 @@ def ingest(paths: list[str], config: FlywheelConfig = FlywheelConfig(), workload
     traces = TraceStore(Lake(uri, config.store.endpoint, config.store.region))
     log = get_run_logger()
     reports = []
-    for path in paths:
-        if not Path(path).exists():
-            raise FileNotFoundError(f"ingest: {path} does not exist")
+    for path in expand_paths(paths):
         with stage("ingest", count_records(path)) as advance:
             report = ingest_file(traces, path, config.ingest, workload, advance)
         log.info("%s: %s", path, report.row())

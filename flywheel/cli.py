@@ -13,7 +13,7 @@ import flywheel  # noqa: F401  (offline defaults)
 from flywheel.cli_common import checked_config, live_display, load_config, rich_table
 from flywheel.cli_eval import register_eval_commands
 from flywheel.cli_store import store_app
-from flywheel.cli_traces import register_trace_commands
+from flywheel.cli_production import register_production_commands
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(store_app, name="store")
@@ -76,7 +76,7 @@ def sft(
 
 
 register_eval_commands(app)
-register_trace_commands(app)
+register_production_commands(app)
 
 
 @app.command()

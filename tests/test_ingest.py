@@ -174,6 +174,12 @@ def test_cli_ingest_reports_and_refuses_bad_input(prefect_server, tmp_path):
     result = runner.invoke(app, ["ingest", path, "--store", str(tmp_path / "lake")])
     assert result.exit_code == 0, result.output
     assert "quarantined 1: not JSON" in result.output and "invoices 3" in result.output
+    # a drop dir: each log file in it, the one ingested before adding nothing
+    write_jsonl(tmp_path / "later.jsonl", [blueprint(i) for i in range(5)])
+    (tmp_path / "notes.txt").write_text("not a log")
+    again = runner.invoke(app, ["ingest", str(tmp_path), "--store", str(tmp_path / "lake")])
+    assert again.exit_code == 0 and "log.jsonl: ingested before" in again.output
+    assert TraceStore(Lake(str(tmp_path / "lake"))).traces().num_rows == 5
     missing = runner.invoke(app, ["ingest", str(tmp_path / "nope.jsonl"), "--store", str(tmp_path / "lake")])
     assert missing.exit_code == 2 and "nope.jsonl" in missing.output
     bad = runner.invoke(app, ["ingest", path, "--store", str(tmp_path / "lake"), "--set", "ingest.scrub_patterns={x: '('}"])

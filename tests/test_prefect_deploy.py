@@ -32,7 +32,7 @@ def test_deploy_and_run_from_a_real_server(tmp_path, tiny_model):
         srv.create_pool(env)
         srv.deploy(env)
         names = {d["name"] for d in httpx.post(f"{api_url}/deployments/filter", json={}, timeout=10).json()}
-        assert {"flywheel-cpu", "cycle", "evaluate", "nightly"} <= names
+        assert {"flywheel-cpu", "cycle", "evaluate", "nightly", "ingest-traces"} <= names
         runs_dir = tmp_path / "runs"
         config = {
             "run_id": "deployed", "runs_dir": str(runs_dir), "cycles": 1,
