@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny model (random weights, real SmolLM2 tokenizer), a real
-SeaweedFS S3 server, and one Prefect test server for the whole session."""
+SeaweedFS S3 server, one Prefect test server and one vLLM OpenAI server (the tiny model;
+~30-90 s to start on CPU) for the whole session."""
 
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def seaweedfs(tmp_path_factory):
             yield server.endpoint
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model, tmp_path_factory):
+    """A real vLLM OpenAI server serving the tiny model, with flywheel's weight pushes.
+    Tests that use it push their own weights first (its weights are whatever the last
+    test left)."""
+    from policy.engines.vllm_server import VLLMServer
+
+    srv = VLLMServer(tiny_model, max_model_len=512, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
+    srv.start()
+    yield srv
+    srv.stop()

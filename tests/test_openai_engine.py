@@ -1,5 +1,5 @@
-"""The remote engine against a real vLLM OpenAI server (one per module, ~30-90 s to start
-on CPU) serving the tiny random-weight model: samples carry the ids and logprobs the
+"""The remote engine against a real vLLM OpenAI server (the session's, tests/conftest.py)
+serving the tiny random-weight model: samples carry the ids and logprobs the
 server scores, a weight push (by path and by upload) makes the server hold exactly the
 new weights, requests spread over a fleet and survive transient failures, and a server
 that is down or lacks the dev endpoints fails with a message naming it.
@@ -27,11 +27,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
-    srv = VLLMServer(tiny_model, max_model_len=512, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
-    srv.start()
-    yield srv
-    srv.stop()
+def server(vllm_server):
+    return vllm_server
 
 
 def engine_config(*urls, **kw) -> EngineConfig:
@@ -197,8 +194,9 @@ def test_config_needs_urls_for_the_openai_backend():
     ]
 
 
-def test_stop_ends_every_server_process(server):
-    """Last in the module (pytest keeps file order): stops the shared server."""
+def test_stop_ends_every_server_process(tiny_model, tmp_path):
+    """A server of its own: the shared one serves other modules after this one."""
+    server = VLLMServer(tiny_model, max_model_len=512, log_path=tmp_path / "server.log").start()
     server.stop()
     with pytest.raises(ProcessLookupError):
         os.killpg(server.proc.pid, 0)  # no engine core or worker left in its session

@@ -43,13 +43,8 @@ def production_log(path, n: int = 40, wrong_share: float = 0.3, seed: int = 7) -
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
-    from policy.engines.vllm_server import VLLMServer
-
-    srv = VLLMServer(tiny_model, max_model_len=1024, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
-    srv.start()
-    yield srv
-    srv.stop()
+def server(vllm_server):
+    return vllm_server
 
 
 def server_logprobs(url: str, seq: list[int], start: int) -> list[float]:
