@@ -22,7 +22,7 @@ app.add_typer(store_app, name="store")
 @app.command()
 def run(
     cycles: Optional[int] = typer.Option(None, help="Cycles to run (in total, for a resumed run)."),
-    model: Optional[str] = typer.Option(None, help="A local HF model dir (default: SmolLM2-135M-Instruct)."),
+    model: Optional[str] = typer.Option(None, help="A local HF model dir or a cached Hub name org/name (default: SmolLM2-135M-Instruct)."),
     store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
     s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
     run_id: Optional[str] = typer.Option(None, help="Resume this run (default: a new run)."),

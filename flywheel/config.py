@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 class ModelConfig(BaseModel):
     path: str | None = Field(
-        None, description="Local HF model dir. Empty: the shipped SmolLM2-135M-Instruct."
+        None, description="A local HF model dir, or a Hub name (org/name) in the local Hugging Face cache. "
+        "Empty: the shipped SmolLM2-135M-Instruct."
     )
     cache_dir: str | None = Field(
         None, description="Where converted models are kept (default ~/.cache/flywheel)."

