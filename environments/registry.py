@@ -145,7 +145,7 @@ def resolve_traces(spec: str, source) -> Environment:
     from environments.traces import TraceTasks
 
     if source is None:
-        raise DomainError(f"domain {spec!r}: production traces need a run's lake (build the domains from a config)")
+        raise DomainError(f"domain {spec!r}: production traces are read from a lake: give the run (run_id) or store.uri")
     try:
         return TraceTasks(spec[len("traces:") :], source)
     except TaskFileError as exc:
@@ -205,9 +205,10 @@ def get_environment(name: str) -> Environment:
     return resolve(name)
 
 
-def available(extra: list[str] = (), eval_files: list[str] = ()) -> list[DomainInfo]:
+def available(extra: list[str] = (), eval_files: list[str] = (), traces=None) -> list[DomainInfo]:
     """Every domain found here: built-in, installed plug-ins, reasoning-gym's, `extra`
-    specs and eval files (one that cannot be used is listed with the reason)."""
+    specs (`traces:` ones read from `traces`, a TraceSource) and eval files (one that
+    cannot be used is listed with the reason)."""
     out, seen = [], set()
     eval_only = {f"file:{f}" for f in eval_files}
     try:
@@ -218,7 +219,7 @@ def available(extra: list[str] = (), eval_files: list[str] = ()) -> list[DomainI
     rg = sorted(set(rg_aliases().values()))
     for spec in dict.fromkeys([*BUILTIN, *SUITES, *plugins(), *extra, *eval_only, *rg]):
         try:
-            env = resolve(spec, spec in eval_only)
+            env = resolve_traces(spec, traces) if spec.startswith("traces:") else resolve(spec, spec in eval_only)
         except DomainError as exc:
             out.append(DomainInfo(spec, "-", (), "-", f"unusable: {exc}"))
             continue

@@ -175,7 +175,8 @@ def report(
 @app.command()
 def domains(
     config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
-    set_: list[str] = typer.Option([], "--set", help="Override any config key (sampler.domains, eval.files)."),
+    set_: list[str] = typer.Option([], "--set", help="Override any config key (sampler.domains, eval.files, run_id "
+                                   "or store.uri for traces: domains)."),
 ):
     """Every domain found: built in, installed plug-ins (the `flywheel.domains` entry
     points) and the config's own (task files, module:Class), with kind, levels and source."""
@@ -186,7 +187,10 @@ def domains(
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"bad configuration: {exc}", fg="red", err=True)
         raise typer.Exit(2)
-    infos = available(config.sampler.domains, config.eval.files)
+    from flywheel.runtime import trace_source
+
+    traces = trace_source(config) if config.run_id or config.store.uri else None  # traces: domains read a lake
+    infos = available(config.sampler.domains, config.eval.files, traces)
     rows = [("domain", "kind", "levels", "source", "notes")]
     rows += [(i.name, i.kind, ",".join(map(str, i.levels)) or "-", i.source, i.notes) for i in infos]
     widths = [max(len(r[c]) for r in rows) for c in range(4)]  # plain columns: names are never cut
