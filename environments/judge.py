@@ -75,6 +75,11 @@ class Judgement:
     cached: bool = False
 
 
+def prompt_text(messages: list[dict]) -> str:
+    """A task's chat prompt as the judge reads it."""
+    return "\n\n".join(f"[{m['role']}] {m['content']}" for m in messages)
+
+
 def parse_score(reply: str, scale: int) -> float | None:
     """The score of a reply that is exactly `SCORE: N` or {"score": N}, else None."""
     m = STRICT.fullmatch(reply or "")

@@ -12,8 +12,9 @@ split, sampled and verified exactly like a row of a task file (this class is a
   reference  the same answer as a reply, so a corrected or approved response is an SFT
              demonstration (cold start, `flywheel sft --references`).
 
-A trace whose logged response failed (rating below `negative_below`, or a host check of
-the logged response against the expected answer fails) is a *logged failure*:
+A trace whose logged response failed (rating below `negative_below`, a host check of
+the logged response against the expected answer fails, or, with `judge_logged`, the
+run's judge scores it under `reward.judge.pass_score`) is a *logged failure*:
 `logged_failures()` lists them, and the replay stage queues those not yet tried in the
 run (tasks/replay.py). A trace that cannot be a task (no user turn, tool calls in the
 prompt, no expected answer for a verifier that needs one) is quarantined with its
@@ -107,6 +108,12 @@ class TraceTasks(FileTasks):
         """The tasks whose logged response failed, in a fixed order."""
         return [self._task(r, s) for (s, _), rows in sorted(self.cells.items()) if s == split
                 for r in rows if r.metadata.get("logged_failed")]  # fmt: skip
+
+    def logged_passes(self, split: str = "train") -> list[tuple[TaskSpec, str]]:
+        """(task, logged response) of the tasks whose logged response did not fail, for a
+        judge to look at (`workloads.<w>.judge_logged`)."""
+        return [(self._task(r, s), r.metadata["logged"]) for (s, _), rows in sorted(self.cells.items()) if s == split
+                for r in rows if not r.metadata.get("logged_failed") and r.metadata.get("logged") is not None]  # fmt: skip
 
     def describe(self) -> str:
         failed = sum(bool(r.metadata.get("logged_failed")) for rows in self.cells.values() for r in rows)

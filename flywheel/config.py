@@ -325,6 +325,10 @@ class WorkloadConfig(BaseModel):
     )
     negative_below: float = Field(0.5, description="A rating under this is negative feedback (a logged failure).")
     level: int = Field(1, ge=1, description="The level its tasks get.")
+    judge_logged: bool = Field(
+        False, description="Also count a logged response the run's judge (reward.judge) scores under its pass_score "
+        "as a logged failure, for replay.",
+    )
 
     @field_validator("verifier")
     @classmethod

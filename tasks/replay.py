@@ -31,9 +31,29 @@ def replay(rt, cycle: int) -> list[TaskSpec]:
 def production_failures(rt, limit: int, queued: set[str]) -> list[TaskSpec]:
     """Logged failures of the sampled `traces:` domains this run has not tried, the first
     `limit` in a fixed order, as replays (origin_cycle -1: they come from outside)."""
-    failures = [t for env in rt.domains if hasattr(env, "logged_failures") for t in env.logged_failures()]
-    if not failures or limit <= 0:
+    if limit <= 0:
         return []
     tried = set(rt.lake.dataset("tasks", rt.run_id).to_table(columns=["task_id"]).column("task_id").to_pylist())
-    fresh = [t for t in failures if t.task_id not in tried and t.task_id not in queued]
-    return [dataclasses.replace(t, origin="replay", replay_count=1) for t in fresh[:limit]]
+    out = []
+    for env in rt.domains:
+        if not hasattr(env, "logged_failures"):
+            continue
+        failures = env.logged_failures()
+        if rt.config.workloads.get(env.workload) and rt.config.workloads[env.workload].judge_logged:
+            failures += judged_failures(rt, env, tried | queued)
+        out += [t for t in failures if t.task_id not in tried and t.task_id not in queued]
+    out = list({t.task_id: t for t in out}.values())  # a task flagged both ways once
+    return [dataclasses.replace(t, origin="replay", replay_count=1) for t in out[:limit]]
+
+
+def judged_failures(rt, env, skip: set[str]) -> list[TaskSpec]:
+    """`env`'s untried logged responses that the run's judge scores under its pass score
+    (each judged once: the judge's cache keeps the score)."""
+    from environments.judge import prompt_text
+
+    if rt.judge is None:
+        return []
+    pairs = [(t, reply) for t, reply in env.logged_passes() if t.task_id not in skip]
+    scores = rt.judge.score([(prompt_text(t.prompt), reply) for t, reply in pairs])
+    bar = rt.config.reward.judge.pass_score
+    return [t for (t, _), j in zip(pairs, scores) if j.value is not None and j.value < bar]

@@ -132,7 +132,9 @@ def judge_rollouts(judge, ctx: StageContext, rollouts: list[Rollout]) -> list:
     cost goes to <run dir>/judge.jsonl."""
     if judge is None or not rollouts:
         return []
-    items = [("\n\n".join(f"[{m['role']}] {m['content']}" for m in r.task.prompt), r.completion) for r in rollouts]
+    from environments.judge import prompt_text
+
+    items = [(prompt_text(r.task.prompt), r.completion) for r in rollouts]
     with stage("judge", total=len(items)) as advance:
         out = judge.score(items, advance)
     path = ctx.config.run_dir / "judge.jsonl"

@@ -39,10 +39,10 @@ def lake_with_traces(tmp_path, n: int = 30):
     return uri
 
 
-def config(tmp_path, **workload) -> FlywheelConfig:
+def config(tmp_path, reward: dict | None = None, **workload) -> FlywheelConfig:
     return FlywheelConfig(
         run_id="prod", runs_dir=str(tmp_path / "runs"), sampler={"domains": ["traces:invoices"], "levels": [1]},
-        workloads={"invoices": {"verifier": "json_fields", **workload}},
+        workloads={"invoices": {"verifier": "json_fields", **workload}}, reward=reward or {},
     )  # fmt: skip
 
 
@@ -79,7 +79,7 @@ def test_logged_failures_join_the_replay_queue_once(tmp_path):
     uri = lake_with_traces(tmp_path)
     cfg = config(tmp_path)
     domains = build_domains(cfg)
-    rt = SimpleNamespace(domains=domains, lake=Lake(uri), run_id="prod")
+    rt = SimpleNamespace(domains=domains, lake=Lake(uri), run_id="prod", config=cfg, judge=None)
     first = production_failures(rt, limit=4, queued=set())
     assert len(first) == 4 and all(t.origin == "replay" and t.split == "train" for t in first)
     assert all(t.domain == "traces:invoices" for t in first)
@@ -103,3 +103,25 @@ def test_report_by_workload(tmp_path):
     line = next(x for x in result.output.splitlines() if "invoices" in x)
     cells = [c.strip() for c in line.split("│") if c.strip()]
     assert cells[:3] == ["invoices", "33", "31"] and cells[3].startswith("0.355 [")  # 11 of 31 logged failures
+
+
+def test_a_judge_can_call_logged_responses_failures(tmp_path):
+    """`judge_logged`: logged responses nobody rated down, scored by the run's judge (here
+    one that gives 2 of 10 to anything without "Paris"), join the logged failures."""
+    from environments.judge import make_judge
+    from tests.test_judge import GullibleJudge
+
+    uri = lake_with_traces(tmp_path)
+    gullible = GullibleJudge()
+    try:
+        cfg = config(tmp_path, {"judge": {"rubric": "Right total?", "base_url": gullible.url}}, judge_logged=True)
+        domains = build_domains(cfg)
+        env = domains["traces:invoices"]
+        judge = make_judge(cfg.reward.judge, Lake(uri))
+        rt = SimpleNamespace(domains=domains, lake=Lake(uri), run_id="prod", config=cfg, judge=judge)
+        queued = production_failures(rt, limit=100, queued=set())
+        assert len(queued) == len(env.logged_failures()) + len(env.logged_passes())
+        asked = gullible.requests
+        assert len(production_failures(rt, limit=100, queued=set())) == len(queued) and gullible.requests == asked
+    finally:
+        gullible.close()
