@@ -161,3 +161,19 @@ def test_judge_joins_the_reward_and_is_cross_checked():
     assert sc.verdict == "pass" and sc.reward == pytest.approx(0.45)
     with pytest.raises(ValueError, match="needs base_url"):
         JudgeConfig(rubric="r")
+
+
+def test_the_runs_own_engine_can_judge(tiny_model):
+    """backend: engine: the policy judges (here the tiny random model on the transformers
+    engine, so its replies are nonsense): every item gets an error, nothing raises, no cache."""
+    from transformers import AutoTokenizer
+
+    from flywheel.config import EngineConfig
+    from policy.engines.hf_engine import HFEngine
+
+    engine = HFEngine(tiny_model, EngineConfig(backend="hf"))
+    cfg = JudgeConfig(rubric="Is the capital right?", backend="engine", max_retries=1, max_tokens=8)
+    judge = make_judge(cfg, None, lambda: engine, lambda: AutoTokenizer.from_pretrained(tiny_model))
+    out = judge.score([(PROMPT, "Paris"), (PROMPT, "Lyon")])
+    assert all(j.value is None and j.error.startswith("judge: nonsense") for j in out)
+    assert judge.cache is None and judge.stats.requests == 4 and judge.stats.tokens > 0
