@@ -17,14 +17,24 @@ from storage.schema import TaskSpec
 
 def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
     """A connection with the committed `trajectories` and `tasks` registered, a
-    `cycles` view (one row per run and cycle with its size, reward and pass rate) and a
-    `groups` view (GROUPS_VIEW)."""
+    `cycles` view (one row per run and cycle with its size, reward and pass rate), a
+    `groups` view (GROUPS_VIEW) and a `components` view (COMPONENTS_VIEW)."""
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id))
     con.register("tasks", lake.dataset("tasks", run_id))
     con.execute(CYCLES_VIEW)
     con.execute(GROUPS_VIEW)
+    con.execute(COMPONENTS_VIEW)
     return con
+
+
+# One row per reward component of a trajectory (tasks/score.py): the verifier, each reward
+# function, the judge, and `judge_agrees` (1 where the judge's pass matched the verifier's).
+COMPONENTS_VIEW = """
+CREATE VIEW components AS
+SELECT run_id, cycle, domain, level, trajectory_id, c.name AS name, c.value AS value, c.error AS error
+FROM (SELECT run_id, cycle, domain, level, trajectory_id, unnest(reward_components) AS c FROM trajectories)
+"""
 
 
 # One row per group (a task's k samples in a cycle): its pass rate, and whether its

@@ -88,6 +88,7 @@ def test_production_log_to_deployed_policy(tiny_model, server, prefect_server, t
     assert replayed and replayed <= env_failures  # logged failures came back through replay
     rows = {r["workload"]: r for r in workload_rows(cfg)}
     assert rows["invoices"]["traces"] == 40 and rows["invoices"]["heldout_pass@1"].startswith("0.000")
+    assert rows["invoices"]["judge"].startswith("0 scored, 16 errors")
     tasks = rows["invoices"]["tasks"]
     assert rows["invoices"]["logged_failed"].startswith(f"{wrong / tasks:.3f}")
 
