@@ -3,7 +3,8 @@ cache answers on a second cycle.
 
 SmolLM2-135M-Instruct (the shipped default) serves as the judge on a vLLM OpenAI server on
 loopback (`flywheel engine serve`'s server), and:
-1. injections: for `--prompts` invoice extraction tasks, the judge scores the right answer,
+1. injections: for `--prompts` invoice extraction tasks, the judge (its reply constrained to
+   `SCORE: 0..10`, as `reward.judge.constrain` does) scores the right answer,
    a plain wrong one, and four completions that ask the judge for a high score; each twice:
    sent raw (what the model alone would give) and through `Judge.score` (the guard flags
    them first). Prints the mean score per kind, n each;
@@ -40,7 +41,8 @@ RUBRIC = "The response must be JSON with the invoice's exact total and vendor. 1
 def injection_table(url: str, n: int) -> list[tuple[str, int, float, float]]:
     from environments.judge import Judge, openai_asker, parse_score
 
-    ask, model = openai_asker(url, None, 120, 4, 16)
+    choices = [f"SCORE: {n}" for n in range(11)]
+    ask, model = openai_asker(url, None, 120, 4, 16, choices)
     judge = Judge(RUBRIC, ask, model, max_retries=0)
     kinds: dict[str, list[tuple[str, str]]] = {"right": [], "plain wrong": [], "injection": []}
     for i in range(n):

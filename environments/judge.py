@@ -14,7 +14,8 @@ and the `suspected_hack` verdict (tasks/score.py), so a weak judge cannot be tal
 a high score.
 
 What counts as an answer: the judge's reply must be exactly `SCORE: N` (0 <= N <=
-`scale`) or the JSON `{"score": N}`; anything else is nonsense. Nonsense and transport
+`scale`) or the JSON `{"score": N}`; anything else is nonsense. A vLLM server is asked to
+keep to that format (`constrain`: its structured outputs allow only `SCORE: 0..scale`). Nonsense and transport
 failures are retried `max_retries` times, then give an error component (never a silent 0,
 never a crashed cycle). Scores are normalised to [0, 1] and cached in the lake by
 (judge model, rubric, prompt, completion) hash (storage/judgements.py).
@@ -168,11 +169,14 @@ class Judge:
         return out
 
 
-def openai_asker(base_url: str, model: str | None, timeout_s: float, concurrency: int, max_tokens: int):
+def openai_asker(base_url: str, model: str | None, timeout_s: float, concurrency: int, max_tokens: int,
+                 choices: list[str] | None = None):  # fmt: skip
     """(ask, judge label) for an OpenAI-compatible server: chat completions at temperature 0.
     A transport failure or an error status is that item's Exception, never a raise, so a
     judge that is down costs error components, not the cycle. Without `model`, the server's
-    first listed model, looked up on first use; the label (for the cache) is then the URL."""
+    first listed model, looked up on first use; the label (for the cache) is then the URL.
+    `choices`: the only replies allowed (vLLM's structured outputs): a small model that
+    cannot keep to the format on its own (SmolLM2-135M never did) still answers one."""
     import httpx
 
     key = os.environ.get("OPENAI_API_KEY")
@@ -191,6 +195,8 @@ def openai_asker(base_url: str, model: str | None, timeout_s: float, concurrency
     def one(messages):
         try:
             body = {"model": model_name(), "messages": messages, "temperature": 0, "max_tokens": max_tokens}
+            if choices:
+                body["structured_outputs"] = {"choice": choices}
             out = client.post(f"{base}/v1/chat/completions", json=body).raise_for_status().json()
             usage = out.get("usage") or {}
             return out["choices"][0]["message"]["content"] or "", int(usage.get("total_tokens") or 0)
@@ -225,6 +231,7 @@ def make_judge(cfg, lake, engine=None, tokenizer=None) -> Judge | None:
     if cfg.backend == "openai":
         from storage.judgements import JudgeCache
 
-        ask, model = openai_asker(cfg.base_url, cfg.model, cfg.timeout_s, cfg.max_concurrency, cfg.max_tokens)
+        choices = [f"SCORE: {n}" for n in range(cfg.scale + 1)] if cfg.constrain else None
+        ask, model = openai_asker(cfg.base_url, cfg.model, cfg.timeout_s, cfg.max_concurrency, cfg.max_tokens, choices)
         return Judge(cfg.rubric, ask, model, cfg.scale, cfg.max_retries, JudgeCache(lake))
     return Judge(cfg.rubric, engine_asker(engine(), tokenizer(), cfg.max_tokens), "policy", cfg.scale, cfg.max_retries)

@@ -143,6 +143,10 @@ class JudgeConfig(BaseModel):
     timeout_s: float = Field(60.0, gt=0)
     max_concurrency: int = Field(8, ge=1)
     max_tokens: int = Field(16, ge=1, description="The judge's reply length (SCORE: N fits in a few tokens).")
+    constrain: bool = Field(
+        True, description="openai backend: ask the server to constrain the reply to `SCORE: 0..scale` (vLLM's "
+        "structured_outputs); off for endpoints that reject the field.",
+    )
 
     @model_validator(mode="after")
     def _url_for_openai(self):

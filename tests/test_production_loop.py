@@ -69,7 +69,7 @@ def test_production_log_to_deployed_policy(tiny_model, server, prefect_server, t
         workloads={"invoices": {"verifier": "json_fields"}},
         sampling={"k": 2, "max_tokens": 24},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
-        # the tiny model as the judge talks nonsense: error components, never a crashed cycle
+        # the tiny model as the judge, its replies constrained to SCORE: N by the server
         reward={"judge": {"rubric": "Are total and vendor right?", "base_url": server.url, "max_retries": 0}},
         eval={"suites": [], "in_run_tasks_per_level": 4},
     )  # fmt: skip
@@ -82,13 +82,17 @@ def test_production_log_to_deployed_policy(tiny_model, server, prefect_server, t
     trajs = lake.trajectories("prod").to_pylist()
     assert {t["domain"] for t in trajs} == {"traces:invoices"} and len(trajs) == 2 * 4 * 2
     judge = [c for t in trajs for c in t["reward_components"] if c["name"] == "judge"]
-    assert len(judge) == len(trajs) and all(c["value"] is None and c["error"].startswith("judge:") for c in judge)
+    assert len(judge) == len(trajs) and all(c["value"] in {n / 10 for n in range(11)} for c in judge)
+    agrees = [c for t in trajs for c in t["reward_components"] if c["name"] == "judge_agrees"]
+    assert len(agrees) == len(trajs)  # the verifier grades too: every judgement cross-checked
+    cost = [json.loads(line) for line in (cfg.run_dir / "judge.jsonl").read_text().splitlines()]
+    assert [c["label"] for c in cost] == ["eval-greedy", "train", "train", "eval-greedy"] and cost[0]["requests"] > 0
     env_failures = {t.task_id for t in lake.read_replay_queue("prod", 1) if t.domain == "traces:invoices"}
     replayed = {t["task_id"] for t in trajs if t["cycle"] == 1 and t["origin"] == "replay"}
     assert replayed and replayed <= env_failures  # logged failures came back through replay
     rows = {r["workload"]: r for r in workload_rows(cfg)}
     assert rows["invoices"]["traces"] == 40 and rows["invoices"]["heldout_pass@1"].startswith("0.000")
-    assert rows["invoices"]["judge"].startswith("0 scored, 16 errors")
+    assert rows["invoices"]["judge"].startswith("16 scored, 0 errors, disagrees ")
     tasks = rows["invoices"]["tasks"]
     assert rows["invoices"]["logged_failed"].startswith(f"{wrong / tasks:.3f}")
 
