@@ -144,3 +144,13 @@ def test_the_gate_refuses_a_regression_and_a_server_that_is_down(tiny_model, tmp
     assert decisions == [(1, "refused"), (2, "failed")] and Deployments(lake).serving() is None
     with pytest.raises(DeployRefused, match="no greedy evaluation of r v3"):
         deploy(lake, "r", 3, tiny_model, [down], EngineConfig(max_retries=0))
+    # the CLI's dry run shows the gate and pushes nothing
+    from typer.testing import CliRunner
+
+    from flywheel.cli import app
+
+    for version, code, said in (("1", 2, "gate: refuses: resolvably worse"), ("2", 0, "gate: passes")):
+        out = CliRunner().invoke(app, ["deploy", "--run-id", "r", "--store", str(tmp_path / "lake"), "--to", down,
+                                       "--version", version, "--dry-run"], env={"COLUMNS": "200"})  # fmt: skip
+        assert out.exit_code == code and said in out.output, out.output
+    assert len(Deployments(lake).all()) == 3  # a dry run records nothing
