@@ -138,9 +138,10 @@ class Judge:
                 todo.setdefault(key, []).append(i)
         advance(len(items) - sum(len(v) for v in todo.values()))
         errors: dict[str, str] = {}
-        rows = []
+        scored: dict[str, float] = {}
+        rows = []  # what the cache keeps
         for attempt in range(self.max_retries + 1):
-            pending = [k for k in todo if k not in {r["key"] for r in rows}]
+            pending = [k for k in todo if k not in scored]
             if not pending:
                 break
             if attempt:
@@ -154,14 +155,13 @@ class Judge:
                     what = f"{type(reply).__name__}: {reply}" if isinstance(reply, Exception) else f"nonsense {reply[:80]!r}"
                     errors[key] = f"judge: {what} (after {attempt + 1} tries)"
                 else:
-                    errors.pop(key, None)
+                    scored[key] = value
                     rows.append({"key": key, "value": value, "reply": reply[:200], "judge": self.model})
         if self.cache is not None:
             self.cache.add(rows)
-        scored = {r["key"]: r["value"] for r in rows}
         for key, idx in todo.items():
             for i in idx:
-                out[i] = Judgement(scored[key]) if key in scored else Judgement(None, errors.get(key, "judge: no answer"))
+                out[i] = Judgement(scored[key]) if key in scored else Judgement(None, errors[key])
             advance(len(idx))
         stats.judged, stats.errors = len(todo), sum(k not in scored for k in todo)
         stats.seconds = time.monotonic() - t0

@@ -115,6 +115,10 @@ class TraceTasks(FileTasks):
         return [(self._task(r, s), r.metadata["logged"]) for (s, _), rows in sorted(self.cells.items()) if s == split
                 for r in rows if not r.metadata.get("logged_failed") and r.metadata.get("logged") is not None]  # fmt: skip
 
+    @property
+    def logged_failure_count(self) -> int:
+        """Tasks (both splits) whose logged response failed."""
+        return sum(bool(r.metadata.get("logged_failed")) for rows in self.cells.values() for r in rows)
+
     def describe(self) -> str:
-        failed = sum(bool(r.metadata.get("logged_failed")) for rows in self.cells.values() for r in rows)
-        return f"{super().describe()}; {failed} logged failures"
+        return f"{super().describe()}; {self.logged_failure_count} logged failures"

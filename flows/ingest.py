@@ -93,8 +93,10 @@ def file_digest(path: str) -> str:
 
 
 def ingest_file(store: TraceStore, path: str, cfg: IngestConfig, workload: str | None = None,
-                advance=lambda n: None) -> IngestReport:  # fmt: skip
-    """One file into the lake as one batch (nothing, when that file was ingested before)."""
+                advance=lambda n: None, known: set[str] | None = None) -> IngestReport:  # fmt: skip
+    """One file into the lake as one batch (nothing, when that file was ingested before).
+    `known`: the trace ids the lake holds, when the caller has them (read here otherwise);
+    the new ones are added to it, so a flow over many files reads the lake's ids once."""
     t0 = time.monotonic()
     default = workload or cfg.default_workload
     scrubber = Scrubber(cfg.scrub_patterns, cfg.scrub_defaults)
@@ -103,7 +105,7 @@ def ingest_file(store: TraceStore, path: str, cfg: IngestConfig, workload: str |
     if store.has_batch(batch):
         report.already_ingested, report.seconds = True, time.monotonic() - t0
         return report
-    known = store.known_ids()
+    known = store.known_ids() if known is None else known
     now = datetime.now(timezone.utc)
     rows, quarantined, seen = [], [], set()
     reasons, redactions, workloads = Counter(), Counter(), Counter()
@@ -135,6 +137,7 @@ def ingest_file(store: TraceStore, path: str, cfg: IngestConfig, workload: str |
     table = pa.Table.from_pylist(rows, schema=TRACE_SCHEMA)
     report.seconds = time.monotonic() - t0
     store.commit_batch(batch, table, quarantined, report.row())
+    known.update(seen)
     report.seconds = time.monotonic() - t0
     return report
 
@@ -166,10 +169,11 @@ def ingest(paths: list[str], config: FlywheelConfig = FlywheelConfig(), workload
         raise ValueError("ingest needs a lake: give `store` (a dir or s3://bucket/prefix) or set store.uri")
     traces = TraceStore(Lake(uri, config.store.endpoint, config.store.region))
     log = get_run_logger()
-    reports = []
-    for path in expand_paths(paths):
+    paths, reports = expand_paths(paths), []
+    known = traces.known_ids()  # once: each file's new ids are added as it commits
+    for path in paths:
         with stage("ingest", count_records(path)) as advance:
-            report = ingest_file(traces, path, config.ingest, workload, advance)
+            report = ingest_file(traces, path, config.ingest, workload, advance, known)
         log.info("%s: %s", path, report.row())
         reports.append(report)
     publish_table("ingest", "report", [r.row() for r in reports], "traces ingested, per file")

@@ -189,8 +189,7 @@ def domains(
         raise typer.Exit(2)
     from flywheel.runtime import trace_source
 
-    traces = trace_source(config) if config.run_id or config.store.uri else None  # traces: domains read a lake
-    infos = available(config.sampler.domains, config.eval.files, traces)
+    infos = available(config.sampler.domains, config.eval.files, trace_source(config))
     rows = [("domain", "kind", "levels", "source", "notes")]
     rows += [(i.name, i.kind, ",".join(map(str, i.levels)) or "-", i.source, i.notes) for i in infos]
     widths = [max(len(r[c]) for r in rows) for c in range(4)]  # plain columns: names are never cut

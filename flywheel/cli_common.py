@@ -81,3 +81,27 @@ def rich_table(names: list[str], rows, title: str | None = None):
     for row in rows:
         table.add_row(*[str(v) for v in row])
     return table
+
+
+def run_config(run_id: str, runs_dir: str, store: str | None, s3_endpoint: str | None):
+    """The config of an existing run (its lake: --store, else under the runs dir)."""
+    sets = [f"run_id={run_id}", f"runs_dir={runs_dir}"]
+    sets += [f"store.uri={store}"] if store else []
+    sets += [f"store.endpoint={s3_endpoint}"] if s3_endpoint else []
+    return load_config(None, sets)
+
+
+def lake_and_store(config):
+    from storage.lake import Lake
+    from storage.policies import PolicyStore
+
+    lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
+    return lake, PolicyStore(lake, config.run_id, config.run_dir / "policy-cache")
+
+
+def pick_version(store, spec: str) -> int:
+    if spec == "best":
+        if store.best_version is None:
+            raise typer.BadParameter("no evaluation of this run recorded a best version (eval.every_n_cycles)")
+        return store.best_version
+    return store.version if spec == "current" else int(spec.lstrip("v"))

@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from flywheel.cli_common import checked_config, live_display, load_config, rich_table
+from flywheel.cli_common import checked_config, lake_and_store, live_display, pick_version, rich_table, run_config
 
 
 def before_after(first, last):
@@ -68,29 +68,6 @@ def eval_command(
                            f"{100 * c['ci_high']:+.1f}, n={c['n']}{sign}")  # fmt: skip
 
 
-def _run_config(run_id: str, runs_dir: str, store: str | None, s3_endpoint: str | None):
-    sets = [f"run_id={run_id}", f"runs_dir={runs_dir}"]
-    sets += [f"store.uri={store}"] if store else []
-    sets += [f"store.endpoint={s3_endpoint}"] if s3_endpoint else []
-    return load_config(None, sets)
-
-
-def _lake_and_store(config):
-    from storage.lake import Lake
-    from storage.policies import PolicyStore
-
-    lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
-    return lake, PolicyStore(lake, config.run_id, config.run_dir / "policy-cache")
-
-
-def _version(store, spec: str) -> int:
-    if spec == "best":
-        if store.best_version is None:
-            raise typer.BadParameter("no evaluation of this run recorded a best version (eval.every_n_cycles)")
-        return store.best_version
-    return store.version if spec == "current" else int(spec.lstrip("v"))
-
-
 def compare(
     run_id: str = typer.Option(..., help="The run whose evaluations to compare."),
     a: str = typer.Option("0", help="The first version (0: the starting policy)."),
@@ -104,11 +81,11 @@ def compare(
     from flywheel import eval_report
     from storage import evals
 
-    cfg_a = _run_config(run_id, runs_dir, store, s3_endpoint)
-    lake, store_a = _lake_and_store(cfg_a)
+    cfg_a = run_config(run_id, runs_dir, store, s3_endpoint)
+    lake, store_a = lake_and_store(cfg_a)
     cfg_b = cfg_a.model_copy(update={"run_id": other_run}) if other_run else cfg_a
-    _, store_b = _lake_and_store(cfg_b)
-    va, vb = _version(store_a, a), _version(store_b, b)
+    _, store_b = lake_and_store(cfg_b)
+    va, vb = pick_version(store_a, a), pick_version(store_b, b)
     con_a, con_b = evals.connect(lake, cfg_a.run_id), evals.connect(lake, cfg_b.run_id)
     groups = lake.evaluation_groups(cfg_b.run_id, vb) or lake.evaluation_groups(cfg_a.run_id, va)
     rows = []
@@ -139,9 +116,9 @@ def export(
     model card of its evaluation; `vllm serve DIR` (or transformers) loads it."""
     from flywheel.model_prep import resolve_model
 
-    config = _run_config(run_id, runs_dir, store, s3_endpoint)
-    lake, policies = _lake_and_store(config)
-    v = _version(policies, version)
+    config = run_config(run_id, runs_dir, store, s3_endpoint)
+    lake, policies = lake_and_store(config)
+    v = pick_version(policies, version)
     base = resolve_model(config.model.path, config.model.cache_dir)
     src = policies.hf_dir(v) if v else base
     if src is None:

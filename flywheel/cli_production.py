@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from flywheel.cli_common import live_display, load_config, rich_table
+from flywheel.cli_common import lake_and_store, live_display, load_config, pick_version, rich_table, run_config
 
 
 def ingest(
@@ -63,15 +63,14 @@ def deploy(
     evaluations are not resolvably worse than the serving policy's; recorded in the lake."""
     from rich.console import Console
 
-    from flywheel.cli_eval import _lake_and_store, _run_config, _version
     from flywheel.deploy import DeployRefused, deploy as deploy_policy, gate
     from flywheel.model_prep import resolve_model
     from storage.deployments import Deployments
 
     urls = [u.strip() for item in to for u in item.split(",") if u.strip()]
-    config = _run_config(run_id, runs_dir, store, s3_endpoint)
-    lake, policies = _lake_and_store(config)
-    v = _version(policies, version)
+    config = run_config(run_id, runs_dir, store, s3_endpoint)
+    lake, policies = lake_and_store(config)
+    v = pick_version(policies, version)
     console = Console(width=None if sys.stdout.isatty() else 160)
 
     def show(g) -> None:

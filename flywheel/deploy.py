@@ -57,7 +57,8 @@ def gate(lake, run_id: str, version: int, serving: tuple[str, int]) -> Gate:
         return g
     groups = lake.evaluation_groups(run_id, version) or lake.evaluation_groups(*serving)
     workloads = {d: [d] for names in groups.values() for d in names if d.startswith("traces:")}
-    con_serving, con_candidate = evals.connect(lake, serving[0]), evals.connect(lake, run_id)
+    con_candidate = evals.connect(lake, run_id)  # reads every evaluation file of the run: once per run
+    con_serving = con_candidate if serving[0] == run_id else evals.connect(lake, serving[0])
     for name, p in eval_report.compare(con_serving, serving[1], con_candidate, version, {**groups, **workloads}):
         g.rows.append({"group": name, **p.as_dict(), "difference": p.describe()})
         if p.high < 0:

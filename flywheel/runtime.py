@@ -46,10 +46,11 @@ def domain_specs(config: FlywheelConfig) -> list[str]:
 
 
 def trace_source(config: FlywheelConfig):
-    """Where `traces:` domains read: the run's lake, and the workloads' verifiers."""
+    """Where `traces:` domains read: the run's lake (or store.uri), and the workloads'
+    verifiers; None when the config names no lake (no run id, no store.uri)."""
     from environments.traces import TraceSource
 
-    if not any(s.startswith("traces:") for s in domain_specs(config)):
+    if not (config.run_id or config.store.uri):
         return None
     workloads = json.dumps({k: v.model_dump() for k, v in config.workloads.items()}, sort_keys=True)
     return TraceSource(config.lake_uri, config.store.endpoint, config.store.region, workloads)

@@ -80,7 +80,7 @@ class Scrubber:
         return self.combined.sub(lambda m: self._replace(m, counts), text)
 
     def _replace(self, match: re.Match, counts: Counter) -> str:
-        name = self.names[int(match.lastgroup[1:])] if match.lastgroup else self._which(match)
+        name = self.names[int(match.lastgroup[1:])]  # the pattern's own group: it closes last
         found = match.group(0)
         if name == "card" and not _luhn(re.sub(r"\D", "", found)):
             return found
@@ -89,10 +89,6 @@ class Scrubber:
             head = re.match(r"""(?i)[\w-]+"?\s*[:=]\s*"?""", found)
             return f"{head.group(0) if head else ''}[REDACTED:{name}]"
         return f"[REDACTED:{name}]"
-
-    def _which(self, match: re.Match) -> str:
-        # lastgroup names the last *closed* group, an inner one when the pattern has its own
-        return next(self.names[i] for i in range(len(self.names)) if match.group(f"p{i}") is not None)
 
     def scrub_value(self, value, counts: Counter):
         """Every string inside a JSON-like value, scrubbed (keys too: they can hold an email)."""

@@ -14,8 +14,6 @@ One row per workload found in the lake's traces or named in `workloads`:
 
 from __future__ import annotations
 
-import json
-
 import pyarrow.compute as pc
 
 from flywheel.config import FlywheelConfig
@@ -50,7 +48,7 @@ def _interval(k: int, n: int) -> str:
 
 def workload_rows(config: FlywheelConfig) -> list[dict]:
     from environments.registry import DomainError, resolve_traces
-    from environments.traces import TraceSource
+    from flywheel.runtime import trace_source
     from storage import evals
     from storage.query import connect
 
@@ -64,8 +62,7 @@ def workload_rows(config: FlywheelConfig) -> list[dict]:
         judged = {d: rest for d, *rest in con.execute(JUDGE_SQL).fetchall()}
     if lake.evaluation_files(config.run_id):
         heldout = {d: (k, n) for d, k, n in evals.connect(lake, config.run_id).execute(HELDOUT_SQL).fetchall()}
-    workloads = json.dumps({k: v.model_dump() for k, v in config.workloads.items()}, sort_keys=True)
-    source = TraceSource(config.lake_uri, config.store.endpoint, config.store.region, workloads)
+    source = trace_source(config)
     rows = []
     for name in sorted(set(counts) | set(config.workloads)):
         domain, tasks, failed, note = f"traces:{name}", 0, 0, ""
@@ -74,8 +71,7 @@ def workload_rows(config: FlywheelConfig) -> list[dict]:
         else:
             try:
                 env = resolve_traces(domain, source)
-                tasks = env.rows
-                failed = sum(bool(r.metadata.get("logged_failed")) for rs in env.cells.values() for r in rs)
+                tasks, failed = env.rows, env.logged_failure_count
                 note = f"{len(env.quarantined)} traces not tasks" if env.quarantined else ""
             except DomainError as exc:
                 note = str(exc)

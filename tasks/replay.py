@@ -39,7 +39,8 @@ def production_failures(rt, limit: int, queued: set[str]) -> list[TaskSpec]:
         if not hasattr(env, "logged_failures"):
             continue
         failures = env.logged_failures()
-        if rt.config.workloads.get(env.workload) and rt.config.workloads[env.workload].judge_logged:
+        workload = rt.config.workloads.get(env.workload)
+        if workload is not None and workload.judge_logged:
             failures += judged_failures(rt, env, tried | queued)
         out += [t for t in failures if t.task_id not in tried and t.task_id not in queued]
     out = list({t.task_id: t for t in out}.values())  # a task flagged both ways once

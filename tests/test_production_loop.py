@@ -42,18 +42,14 @@ def production_log(path, n: int = 40, wrong_share: float = 0.3, seed: int = 7) -
     return wrong
 
 
-@pytest.fixture(scope="module")
-def server(vllm_server):
-    return vllm_server
-
-
 def server_logprobs(url: str, seq: list[int], start: int) -> list[float]:
     body = {"prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
     plp = httpx.post(f"{url}/v1/completions", json=body, timeout=60).raise_for_status().json()["choices"][0]["prompt_logprobs"]
     return [plp[j][str(seq[j])]["logprob"] for j in range(start, len(seq))]
 
 
-def test_production_log_to_deployed_policy(tiny_model, server, prefect_server, tmp_path):
+def test_production_log_to_deployed_policy(tiny_model, vllm_server, prefect_server, tmp_path):
+    server = vllm_server
     from flows.flywheel import flywheel
     from flows.ingest import ingest
     from flywheel.deploy import deploy
