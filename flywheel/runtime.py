@@ -64,7 +64,9 @@ def build_domains(config: FlywheelConfig) -> Domains:
     eval_only = {f"file:{f}" for f in config.eval.files}
     for spec in expand_all(config.sampler.domains):
         if spec in eval_only:
-            raise DomainError(f"domain {spec} is in eval.files (eval-only): it cannot be sampled for training")
+            raise DomainError(
+                f"domain {spec} is in eval.files (eval-only): it cannot be sampled for training"
+            )
     return domains
 
 
@@ -137,10 +139,15 @@ class Runtime:
         if not committed:
             return 0
         last = committed[-1]
-        finished = self.manifest["updated_cycle"] >= last and self.lake.read_replay_queue(self.run_id, last + 1) is not None
+        finished = (
+            self.manifest["updated_cycle"] >= last
+            and self.lake.read_replay_queue(self.run_id, last + 1) is not None
+        )
         return last + 1 if finished else last
 
-    def stage_context(self, cycle: int, label: str = "train", sampling=None, policy_lag: int = 0) -> StageContext:
+    def stage_context(
+        self, cycle: int, label: str = "train", sampling=None, policy_lag: int = 0
+    ) -> StageContext:
         """The generate and score stages' context, fixed now (tasks/context.py)."""
         return StageContext(config=self.config, run_id=self.run_id, cycle=cycle, label=label,
                             policy_version=self.engine_version, policy_lag=policy_lag,
@@ -150,7 +157,9 @@ class Runtime:
         """Where the trainer writes an export or checkpoint before it is published."""
         return self.run_dir / "staging" / name
 
-    def record_update(self, cycle: int, version: int, export_dir: str | None, checkpoint: tuple | None = None) -> None:
+    def record_update(
+        self, cycle: int, version: int, export_dir: str | None, checkpoint: tuple | None = None
+    ) -> None:
         """Publish `cycle`'s update as policy `version` (manifest written last)."""
         self.policies.publish(cycle, version, export_dir, checkpoint)
 
@@ -161,11 +170,13 @@ class Runtime:
             from policy.engines import make_engine
 
             version, policy_dir = self.policy_version, self.policy_dir
-            from flywheel.console import deaf_to_ctrl_c
+            from flywheel.console import start_deaf_to_ctrl_c
 
             self._say(f"Starting the {self.config.engine.backend} engine on {policy_dir} ...")
-            with deaf_to_ctrl_c():  # stopped by close(), not by a Ctrl-C to the process group
-                self._engine = make_engine(policy_dir, self.config.engine, self.config.seed)
+            # stopped by close(), not by a Ctrl-C to the process group
+            self._engine = start_deaf_to_ctrl_c(
+                lambda: make_engine(policy_dir, self.config.engine, self.config.seed), "engine-start"
+            )
             self._engine_version = version
         return self._engine
 
@@ -175,7 +186,9 @@ class Runtime:
         if self._judge is None and self.config.reward.judge.rubric:
             from environments.judge import make_judge
 
-            self._judge = make_judge(self.config.reward.judge, self.lake, lambda: self.engine, lambda: self.tokenizer)
+            self._judge = make_judge(
+                self.config.reward.judge, self.lake, lambda: self.engine, lambda: self.tokenizer
+            )
         return self._judge
 
     @property
@@ -189,7 +202,9 @@ class Runtime:
         hf = self.policies.hf_dir(version) if version else self.base_model
         if hf is None:
             pinned = self.policies.manifest.get("pinned", {})
-            raise ValueError(f"policy v{version} of run {self.run_id} has no weights left (pruned; pinned: {pinned})")
+            raise ValueError(
+                f"policy v{version} of run {self.run_id} has no weights left (pruned; pinned: {pinned})"
+            )
         self.engine.load_weights(hf)
         self._engine_version = version
 
@@ -207,11 +222,15 @@ class Runtime:
 
             checkpoint = self.policies.checkpoint()
             if checkpoint:  # weights and optimizer state, exactly
-                self._trainer = GRPOTrainer(self.base_model, self.config.trainer, reference_dir=self.base_model)
+                self._trainer = GRPOTrainer(
+                    self.base_model, self.config.trainer, reference_dir=self.base_model
+                )
                 self._trainer.load_checkpoint(*checkpoint)
                 log.info("resumed the trainer from checkpoint %s in %s", checkpoint[1], checkpoint[0])
             else:
-                self._trainer = GRPOTrainer(self.policy_dir, self.config.trainer, reference_dir=self.base_model)
+                self._trainer = GRPOTrainer(
+                    self.policy_dir, self.config.trainer, reference_dir=self.base_model
+                )
         return self._trainer
 
     def close(self) -> None:

@@ -71,29 +71,45 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+SOLO_MARK = "FLYWHEEL_SOLO_PROCESS_GROUP"
+
+
 def _init_distributed() -> str:
     """Under a launcher (WORLD_SIZE set), the launcher's rendezvous. Alone, a process
     group of one over an in-memory store: no port to pick, so nothing on the machine
-    (a Ray cluster, a vLLM server) can take it between choosing and binding."""
+    (a Ray cluster, a vLLM server) can take it between choosing and binding.
+
+    Alone, the launcher's variables are still set (some DeepSpeed paths read them), with
+    SOLO_MARK naming the port chosen: a child process (a Prefect worker's flow run, a CLI
+    run from a test) inherits them, and without the mark would take them for a launcher's
+    and rendezvous on its parent's port."""
     cuda = torch.cuda.is_available()
     if not cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    launched = "WORLD_SIZE" in os.environ
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))  # read by some DeepSpeed paths; never bound alone
+    mark = os.environ.get(SOLO_MARK)
+    inherited_solo = mark is not None and mark == os.environ.get("MASTER_PORT")
+    launched = "WORLD_SIZE" in os.environ and not inherited_solo
+    if not launched:
+        port = os.environ.get("MASTER_PORT") if inherited_solo else None
+        port = port or str(_free_port())  # read by some DeepSpeed paths; never bound alone
+        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"})
+        os.environ.update({"MASTER_PORT": port, SOLO_MARK: port})
     warnings.filterwarnings("ignore", category=FutureWarning)
     import deepspeed
 
     backend = "nccl" if cuda else "gloo"
     if not torch.distributed.is_initialized():
         if not launched:
-            torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
+            torch.distributed.init_process_group(
+                backend, store=torch.distributed.HashStore(), rank=0, world_size=1
+            )
         deepspeed.init_distributed(dist_backend=backend)  # adopts a group that already exists
     return "cuda" if cuda else "cpu"
 
 
-def micro_batches(samples: list[TrainSample], max_tokens: int, overhead_tokens: int = 64) -> list[list[TrainSample]]:
+def micro_batches(
+    samples: list[TrainSample], max_tokens: int, overhead_tokens: int = 64
+) -> list[list[TrainSample]]:
     """Length-sorted micro-batches of at most `max_tokens` padded tokens (at least one
     sequence each), cut where they cost least: each micro-batch costs its padded size
     plus `overhead_tokens` (a fixed cost per forward/backward), minimised exactly by
@@ -158,7 +174,9 @@ class GRPOTrainer:
         with open(path) as f:
             ds_config = json.load(f)
         ds_config["gradient_clipping"] = cfg.max_grad_norm
-        bf16 = cfg.bf16 if cfg.bf16 is not None else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        bf16 = (
+            cfg.bf16 if cfg.bf16 is not None else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        )
         ds_config.setdefault("bf16", {})["enabled"] = bool(bf16)  # fp32 on CPU: exact logprob sync
         return ds_config
 
@@ -202,7 +220,15 @@ class GRPOTrainer:
                     stale = torch.tensor([s.policy_lag > 0 for s in chunk], device=new_lp.device)
                     old_lp, is_w = decoupled_importance(new_lp, old_lp, stale, cfg.is_cap)
                 loss, stats = clipped_pg_loss(
-                    new_lp, old_lp, adv, weights, cfg.clip_eps_low, cfg.clip_eps_high, ref_lp, cfg.kl_coef, is_w
+                    new_lp,
+                    old_lp,
+                    adv,
+                    weights,
+                    cfg.clip_eps_low,
+                    cfg.clip_eps_high,
+                    ref_lp,
+                    cfg.kl_coef,
+                    is_w,
                 )
             self.engine.backward(loss, scale_wrt_gas=False)
             loss_total += loss.item() / world
@@ -260,4 +286,3 @@ class GRPOTrainer:
         path, _ = self.engine.load_checkpoint(str(ckpt_dir), tag=tag)
         if path is None:
             raise RuntimeError(f"no DeepSpeed checkpoint {tag!r} in {ckpt_dir}")
-

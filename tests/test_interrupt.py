@@ -38,7 +38,11 @@ def test_ctrl_c_stops_within_ten_seconds_and_the_run_resumes(tiny_model, tmp_pat
     time.sleep(1.0)  # in the middle of cycle 0's generation
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
-    out = proc.communicate(timeout=60)[0].decode()
+    try:
+        out = proc.communicate(timeout=60)[0].decode()
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # no orphan left holding ports for later tests
+        raise AssertionError(log.read_text(errors="replace")[-4000:]) from None
     took = time.monotonic() - t0
     print(f"stopped {took:.1f}s after the signal")
     assert took < 10, f"stopped in {took:.1f}s"

@@ -55,3 +55,24 @@ def test_two_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
     for name in one:  # Adam normalises each step to ~lr, so compare against the step size
         step = (one[name] - base[name]).abs().max()
         assert (one[name] - two[name]).abs().max() <= 0.02 * step + 1e-7, name
+
+
+def test_a_child_of_a_solo_trainer_does_not_rendezvous_on_its_parents_port():
+    """An in-process trainer sets the launcher's variables for DeepSpeed; a child process (a
+    Prefect worker's flow run) inherits them. It must still make its own group of one, not
+    rendezvous on the parent's port: in CI an orphan held that port and a deployment's flow
+    run failed with EADDRINUSE."""
+    import socket
+
+    from policy.trainer import SOLO_MARK
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        env = {**os.environ, "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": port, SOLO_MARK: port}  # fmt: skip
+        code = "from policy.trainer import _init_distributed; print(_init_distributed())"
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().endswith("cpu")
