@@ -25,6 +25,7 @@ from flywheel.progress import reporter
 from flywheel.reporting import by_domain_level, publish_cycle
 from flywheel.results import CycleSummary, FlywheelResult
 from flywheel.runtime import Runtime
+from flywheel.tracking import Tracker
 from storage.query import connect
 from tasks.archive import archive
 from tasks.generate import generate
@@ -101,6 +102,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
     logger = get_run_logger()
     logger.info("run %s in %s, lake %s", config.run_id, config.run_dir, config.lake_uri)
     t_start = time.monotonic()
+    tracker = Tracker.from_config(config)  # first: a bad tracking setting stops the run before any work
     _cold_start(config)  # here, so the one-cycle flow of scheduled deployments gets it too
     rt = Runtime(config, say=logger.info)
     updates = UpdatePipeline(rt, config.pipeline.max_policy_lag)
@@ -112,6 +114,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
         result, stop = evaluate_and_track(rt)
         evaluations.append(result)
         reporter().print(eval_line(result))
+        tracker.evaluation(result)
         return stop
 
     try:
@@ -122,26 +125,33 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
             minutes = (time.monotonic() - t_start) / 60
             if config.max_wall_minutes and minutes >= config.max_wall_minutes:
                 logger.info("max_wall_minutes: %.1f minutes gone, no cycle %d", minutes, cycle)
-                reporter().print(f"wall-time budget of {config.max_wall_minutes:g} min reached before cycle {cycle}")
+                reporter().print(
+                    f"wall-time budget of {config.max_wall_minutes:g} min reached before cycle {cycle}"
+                )
                 break
             summary = run_cycle(rt, cycle, updates)
             summaries.append(summary)
             logger.info("cycle %d: %s", cycle, json.dumps(summary.model_dump(exclude={"by_domain_level"})))
             reporter().print(summary.line())
             publish_cycle(rt, summary)
+            tracker.cycle(summary, connect(rt.lake, rt.run_id), rt.run_dir / "reward_curve.png")
             if every and (cycle + 1) % every == 0 and evaluate_now():
-                logger.info("early stop: %d evaluations without a new best (eval.patience)", config.eval.patience)
+                logger.info(
+                    "early stop: %d evaluations without a new best (eval.patience)", config.eval.patience
+                )
                 break
         updates.drain()
         for cycle, metrics in updates.take_metrics().items():
             logger.info("update of cycle %d (synced at the end): %s", cycle, json.dumps(metrics, default=str))
         if todo and around and (not evaluations or evaluations[-1].policy_version != rt.engine_version):
             evaluate_now()  # the last policy
-    except BaseException:
+    except BaseException as exc:
         updates.abandon()
+        tracker.close("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     finally:
         rt.close()
+    tracker.close()
     return FlywheelResult(run_id=config.run_id, run_dir=str(config.run_dir), lake_uri=config.lake_uri, cycles=summaries,
                           evaluations=evaluations)  # fmt: skip
 

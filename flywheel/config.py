@@ -18,12 +18,14 @@ import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from flywheel.config_production import IngestConfig, JudgeConfig, WorkloadConfig
+from flywheel.tracking import TrackingConfig
 
 
 class ModelConfig(BaseModel):
     path: str | None = Field(
-        None, description="A local HF model dir, or a Hub name (org/name) in the local Hugging Face cache. "
-        "Empty: the shipped SmolLM2-135M-Instruct."
+        None,
+        description="A local HF model dir, or a Hub name (org/name) in the local Hugging Face cache. "
+        "Empty: the shipped SmolLM2-135M-Instruct.",
     )
     cache_dir: str | None = Field(
         None, description="Where converted models are kept (default ~/.cache/flywheel)."
@@ -85,18 +87,22 @@ class SandboxConfig(BaseModel):
     output_bytes: int = 65536
     python: str = Field("/usr/bin/python3", description="Interpreter inside the sandbox.")
     libraries: str | None = Field(
-        None, description="A dir of Python packages the sandbox's python may import (read-only), for scorers such as "
+        None,
+        description="A dir of Python packages the sandbox's python may import (read-only), for scorers such as "
         "math-verify and reward functions. Empty: <venv>/sandbox-lib when it exists (scripts/setup.sh makes it).",
     )
     preload: list[str] = Field(
-        [], description="Modules each sandbox worker imports before it forks (besides what the domains ask for).",
+        [],
+        description="Modules each sandbox worker imports before it forks (besides what the domains ask for).",
     )
     # Recycling is defence in depth: the worker already kills every process and wipes its
     # workspace after each execution, so what it guards against is slow drift in the worker
     # itself. A docker worker's replacement costs ~0.2 s of CPU (the time of ~200
     # verifications); at 10,000 that is under 1% of the pool's time, at 1,000 it was ~6%.
     recycle_after: int = Field(
-        10_000, ge=0, description="Replace a worker (a docker container) after this many executions; 0: never."
+        10_000,
+        ge=0,
+        description="Replace a worker (a docker container) after this many executions; 0: never.",
     )
     docker_image: str = Field(
         "flywheel-sandbox:latest", description="Built locally by `flywheel sandbox build-image`."
@@ -105,8 +111,9 @@ class SandboxConfig(BaseModel):
         [], description="DOCKER_HOST endpoints the docker pool spreads over (failover). Empty: DOCKER_HOST."
     )
     docker_transport: Literal["auto", "socket", "attach"] = Field(
-        "auto", description="How the host talks to a docker worker: a bind-mounted unix socket (an engine on "
-        "this machine), docker's attach stream (any engine), or auto: the socket for unix:// engines."
+        "auto",
+        description="How the host talks to a docker worker: a bind-mounted unix socket (an engine on "
+        "this machine), docker's attach stream (any engine), or auto: the socket for unix:// engines.",
     )
 
 
@@ -117,23 +124,33 @@ class StoreConfig(BaseModel):
     endpoint: str | None = Field(None, description="S3 endpoint URL, e.g. http://127.0.0.1:8333.")
     region: str = "us-east-1"
     keep_policy_exports: int = Field(
-        2, ge=1, description="Exported policy versions (HF dirs) kept per run; older ones are deleted. "
+        2,
+        ge=1,
+        description="Exported policy versions (HF dirs) kept per run; older ones are deleted. "
         "Raise it to evaluate every version afterwards (bench/vs_trl.py does).",
     )
 
 
 class RewardFunctionConfig(BaseModel):
-    name: str = Field(..., description="pkg.module:function, called as fn(prompts, completions, **columns) (TRL's convention).")
+    name: str = Field(
+        ...,
+        description="pkg.module:function, called as fn(prompts, completions, **columns) (TRL's convention).",
+    )
     weight: float = 1.0
 
 
 class RewardConfig(BaseModel):
     functions: list[RewardFunctionConfig] = Field(
-        [], description="User reward functions, run in the sandbox on every single-turn trajectory; each value is "
+        [],
+        description="User reward functions, run in the sandbox on every single-turn trajectory; each value is "
         "stored as its own reward component. Items: 'pkg.module:fn' or {name, weight}.",
     )
-    verifier_weight: float = Field(1.0, ge=0, description="Weight of the domain's own verifier when functions are set.")
-    pass_threshold: float = Field(1.0, description="Rows without a verifier of their own pass at this reward.")
+    verifier_weight: float = Field(
+        1.0, ge=0, description="Weight of the domain's own verifier when functions are set."
+    )
+    pass_threshold: float = Field(
+        1.0, description="Rows without a verifier of their own pass at this reward."
+    )
     function_timeout_s: int = Field(5, ge=1, description="Time limit of one reward function call.")
     judge: JudgeConfig = JudgeConfig()
     overlong_buffer: int = Field(
@@ -159,7 +176,8 @@ class SamplerConfig(BaseModel):
         "rg/algorithmic/*), an installed plug-in, or module:Class.",
     )
     weights: dict[str, float] = Field(
-        {}, description="Mixing weight per entry of `domains` (default 1), shared evenly among the domains a glob selects."
+        {},
+        description="Mixing weight per entry of `domains` (default 1), shared evenly among the domains a glob selects.",
     )
     levels: list[int] = [1, 2, 3]
     tasks_per_cycle: int = Field(8, ge=1, description="Fresh plus replayed tasks per cycle.")
@@ -171,27 +189,43 @@ class EvalConfig(BaseModel):
     nobody here trained on, every pass@1 with its 95% interval."""
 
     files: list[str] = Field(
-        [], description="Task files that are eval-only: every row is held out, and the lake refuses their tasks in training."
+        [],
+        description="Task files that are eval-only: every row is held out, and the lake refuses their tasks in training.",
     )
     suites: list[str] = Field(
         ["humaneval", "code_transfer"],
         description="Eval-only domains reported beside the held-out cells: humaneval, code_transfer, file:PATH, ...",
     )
     tasks_per_level: int = Field(
-        32, ge=1, description="Held-out tasks per sampled domain and level (32 x 4 domains x 3 levels: ~+/-5 points).",
+        32,
+        ge=1,
+        description="Held-out tasks per sampled domain and level (32 x 4 domains x 3 levels: ~+/-5 points).",
     )
-    suite_tasks_per_level: int = Field(20, ge=1, description="Tasks per level of a generated suite (a file suite: all).")
-    k: int = Field(0, ge=0, description="pass@k samples per task at the training temperature; 0: greedy pass@1 only.")
-    every_n_cycles: int = Field(0, ge=0, description="Evaluate the current policy every N cycles inside the run; 0: off.")
+    suite_tasks_per_level: int = Field(
+        20, ge=1, description="Tasks per level of a generated suite (a file suite: all)."
+    )
+    k: int = Field(
+        0, ge=0, description="pass@k samples per task at the training temperature; 0: greedy pass@1 only."
+    )
+    every_n_cycles: int = Field(
+        0, ge=0, description="Evaluate the current policy every N cycles inside the run; 0: off."
+    )
     before_and_after: bool = Field(
-        True, description="A run evaluates its starting policy before its first cycle and its last one at the end.",
+        True,
+        description="A run evaluates its starting policy before its first cycle and its last one at the end.",
     )
     # A full evaluation takes ~12 min on 2 CPU cores (bench/README.md): inside a run the
     # default is smaller, and its intervals say so.
-    in_run_tasks_per_level: int = Field(8, ge=1, description="Held-out tasks per domain and level inside a run.")
+    in_run_tasks_per_level: int = Field(
+        8, ge=1, description="Held-out tasks per domain and level inside a run."
+    )
     in_run_suites: bool = Field(False, description="Also evaluate eval.suites inside a run.")
-    metric: str = Field("held-out", description="The group whose pooled pass@1 picks the best version (or a suite name).")
-    patience: int = Field(0, ge=0, description="Stop the run after N evaluations without a new best; 0: never.")
+    metric: str = Field(
+        "held-out", description="The group whose pooled pass@1 picks the best version (or a suite name)."
+    )
+    patience: int = Field(
+        0, ge=0, description="Stop the run after N evaluations without a new best; 0: never."
+    )
 
 
 class CurriculumConfig(BaseModel):
@@ -209,22 +243,28 @@ class ReplayConfig(BaseModel):
     enabled: bool = True
     threshold: float = Field(1.0, description="Best reward below this counts as a failure.")
     min_best: float = Field(
-        0.0, description="Replay only failures whose best reward was above this: by default near misses, not tasks "
+        0.0,
+        description="Replay only failures whose best reward was above this: by default near misses, not tasks "
         "no sample earned anything on (their groups come back all zero: no signal). -1: every failure.",
     )
     lookback_cycles: int = Field(3, ge=1, description="Failures older than this many cycles age out.")
     max_replays: int = Field(3, ge=1, description="A task is replayed at most this many times.")
     production_per_cycle: int = Field(
-        4, ge=0, description="Logged production failures (traces: domains) queued per cycle, untried ones first.",
+        4,
+        ge=0,
+        description="Logged production failures (traces: domains) queued per cycle, untried ones first.",
     )
     priority: Literal["recent", "near_miss", "hardest"] = Field(
-        "near_miss", description="Which failures come first when more are queued than the sampler takes "
+        "near_miss",
+        description="Which failures come first when more are queued than the sampler takes "
         "(near_miss: closest to solved, whose groups most often still vary).",
     )
 
 
 class TrainerConfig(BaseModel):
-    learning_rate: float = Field(2e-5, description="The recipes' rate for the 135M default (1e-6 barely moved it).")
+    learning_rate: float = Field(
+        2e-5, description="The recipes' rate for the 135M default (1e-6 barely moved it)."
+    )
     weight_decay: float = 0.0
     clip_eps_low: float = 0.2
     clip_eps_high: float = Field(0.28, description="DAPO's clip-higher.")
@@ -233,7 +273,9 @@ class TrainerConfig(BaseModel):
     micro_batch_tokens: int = Field(
         2048, ge=1, description="Padded tokens per micro-batch; gradients accumulate over them."
     )
-    ds_config: str | None = Field(None, description="A DeepSpeed JSON config (default: policy/ds_zero3.json).")
+    ds_config: str | None = Field(
+        None, description="A DeepSpeed JSON config (default: policy/ds_zero3.json)."
+    )
     max_grad_norm: float = 1.0
     drop_zero_variance_groups: bool = Field(
         True, description="Groups whose rewards are all equal carry no GRPO signal."
@@ -258,15 +300,21 @@ class PipelineConfig(BaseModel):
 
 class FanoutConfig(BaseModel):
     backend: Literal["local", "ray"] = Field(
-        "local", description="local: generate and score run in this process. ray: their shards run as "
+        "local",
+        description="local: generate and score run in this process. ray: their shards run as "
         "Prefect tasks on a Ray cluster (prefect-ray's RayTaskRunner).",
     )
     address: str | None = Field(
-        None, description="Ray cluster address (host:port of the head). Empty: start a local Ray on loopback for the run."
+        None,
+        description="Ray cluster address (host:port of the head). Empty: start a local Ray on loopback for the run.",
     )
-    shards: int = Field(2, ge=1, description="Shards per stage: tasks (generate) or trajectories (score) split evenly.")
+    shards: int = Field(
+        2, ge=1, description="Shards per stage: tasks (generate) or trajectories (score) split evenly."
+    )
     num_cpus: float = Field(1, gt=0, description="CPUs Ray reserves for each shard.")
-    num_gpus: float = Field(0, ge=0, description="GPUs Ray reserves for each rollout shard (score shards take none).")
+    num_gpus: float = Field(
+        0, ge=0, description="GPUs Ray reserves for each rollout shard (score shards take none)."
+    )
 
 
 class ColdStartConfig(BaseModel):
@@ -285,7 +333,9 @@ class FlywheelConfig(BaseModel):
     runs_dir: str = "runs"
     cycles: int = Field(2, ge=1)
     max_wall_minutes: float = Field(
-        0, ge=0, description="Start no cycle after this many minutes of the run (its cold start included); 0: no limit.",
+        0,
+        ge=0,
+        description="Start no cycle after this many minutes of the run (its cold start included); 0: no limit.",
     )
     seed: int = 0
     model: ModelConfig = ModelConfig()
@@ -302,9 +352,11 @@ class FlywheelConfig(BaseModel):
     fanout: FanoutConfig = FanoutConfig()
     cold_start: ColdStartConfig = ColdStartConfig()
     eval: EvalConfig = EvalConfig()
+    tracking: TrackingConfig = TrackingConfig()
     ingest: IngestConfig = IngestConfig()
     workloads: dict[str, WorkloadConfig] = Field(
-        {}, description="Production workloads by name (ingested traces' workload_id) and how their traces are verified.",
+        {},
+        description="Production workloads by name (ingested traces' workload_id) and how their traces are verified.",
     )
 
     def with_run_id(self) -> "FlywheelConfig":

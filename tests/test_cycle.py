@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
+def run(tiny_model, seaweedfs, prefect_server, mlflow_server, tmp_path_factory):
     from flows.flywheel import flywheel
 
     cfg = FlywheelConfig(
@@ -35,11 +35,37 @@ def run(tiny_model, seaweedfs, prefect_server, tmp_path_factory):
         # goes through the sandbox in tests/test_task_files.py)
         eval={"every_n_cycles": 1, "in_run_tasks_per_level": 1, "in_run_suites": True, "suites": ["code_transfer"],
               "suite_tasks_per_level": 1},
+        tracking={"backends": ["mlflow", "tensorboard"], "mlflow_uri": mlflow_server, "samples_per_cycle": 3},
     )  # fmt: skip
     result = flywheel(cfg)
     from storage.lake import Lake
 
     return cfg, result.cycles, Lake(cfg.lake_uri, seaweedfs)
+
+
+def test_the_run_is_tracked_in_a_real_mlflow_server(run):
+    """The config as params, per-cycle metrics, evaluations with intervals, sample
+    completions and the reward curve, read back through MLflow's client."""
+    from mlflow.tracking import MlflowClient
+
+    cfg, summaries, _ = run
+    client = MlflowClient(cfg.tracking.mlflow_uri)
+    [mrun] = client.search_runs(
+        [client.get_experiment_by_name("flywheel").experiment_id], "tags.`flywheel.run_id` = 'it'"
+    )
+    assert mrun.info.status == "FINISHED" and mrun.data.params["sampling.k"] == "2"
+    history = client.get_metric_history(mrun.info.run_id, "pass_rate")
+    assert [(m.step, m.value) for m in history] == [(s.cycle, s.pass_rate) for s in summaries]
+    evals = [k for k in mrun.data.metrics if k.startswith("eval/")]
+    assert any(k.endswith("/ci_low") for k in evals) and any("code_transfer" in k for k in evals), evals
+    names = {a.path for a in client.list_artifacts(mrun.info.run_id, "tables/samples")}
+    assert names == {"tables/samples/cycle_0000.json", "tables/samples/cycle_0001.json"}
+    rows = json.load(open(client.download_artifacts(mrun.info.run_id, "tables/samples/cycle_0001.json")))[
+        "rows"
+    ]
+    assert len(rows) == 3 and all(r["prompt"] and r["verdict"] for r in rows)
+    assert [a.path for a in client.list_artifacts(mrun.info.run_id, "curves")] == ["curves/reward_curve.png"]
+    assert list((cfg.run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 
 DOMAINS = ["code", "math", "extraction", "data", "repair", "terminal"]
@@ -126,7 +152,11 @@ def test_evaluations_inside_the_loop_keep_the_best_version(run):
     assert lake.evaluation_groups("it", 2)["held-out"] == DOMAINS
     manifest = PolicyStore(lake, "it", cfg.run_dir / "policy-cache").manifest
     best = manifest["best"]
-    assert best["metric"] == "held-out" and best["version"] in (0, 1, 2) and manifest["pinned"]["best"] == best["version"]
+    assert (
+        best["metric"] == "held-out"
+        and best["version"] in (0, 1, 2)
+        and manifest["pinned"]["best"] == best["version"]
+    )
     report = (cfg.run_dir / "eval-v2.md").read_text()
     assert "95% Wilson" in report and "| held-out |" in report and "vs" not in report.splitlines()[0]
     assert (cfg.run_dir / "eval_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -157,7 +187,9 @@ def test_export_writes_a_dir_vllm_serves(run, tmp_path):
     assert tok.chat_template
     engine = VLLMEngine(str(out), EngineConfig(max_model_len=512), seed=1)
     try:
-        (samples,) = engine.generate([encode_chat(tok, [{"role": "user", "content": "hi"}])], SamplingSpec(n=1, max_tokens=4))
+        (samples,) = engine.generate(
+            [encode_chat(tok, [{"role": "user", "content": "hi"}])], SamplingSpec(n=1, max_tokens=4)
+        )
         assert samples[0].token_ids
     finally:
         engine.close()
@@ -211,7 +243,9 @@ def test_update_refuses_eval_trajectories():
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "flywheel.cli", "run", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_wrong_model_path_stops_at_startup(tmp_path):
@@ -220,5 +254,14 @@ def test_wrong_model_path_stops_at_startup(tmp_path):
 
 
 def test_unreachable_s3_stops_at_startup(tmp_path, tiny_model):
-    res = cli("--model", tiny_model, "--store", "s3://b/x", "--s3-endpoint", "http://127.0.0.1:9", "--set", f"runs_dir={tmp_path}")
+    res = cli(
+        "--model",
+        tiny_model,
+        "--store",
+        "s3://b/x",
+        "--s3-endpoint",
+        "http://127.0.0.1:9",
+        "--set",
+        f"runs_dir={tmp_path}",
+    )
     assert res.returncode == 2 and "127.0.0.1:9" in res.stderr
