@@ -4,9 +4,10 @@ measures Prefect's).
 Times `Tracker.cycle` (a summary with 12 domain-level rows, the update's metrics, 8 sample
 completions read from DuckDB, the reward curve image) and `Tracker.evaluation` (12 groups)
 for each backend: none (the baseline: the same calls with no backend), MLflow's local
-SQLite store (the default), a real `mlflow server` on loopback (from .venv-mlflow), and
-TensorBoard event files. The share is against a cycle's stage time, read from a run's
-cycles.jsonl or given in seconds (default: the 114 s default cycle of bench/README.md).
+SQLite store (the default), a real `mlflow server` on loopback (from .venv-mlflow),
+TensorBoard event files and W&B in offline mode. The share is against a cycle's stage
+time, read from a run's cycles.jsonl or given in seconds (default: the 114 s default
+cycle of bench/README.md).
 
     .venv/bin/python bench/tracking.py [runs/<run id>/cycles.jsonl | SECONDS]
 """
@@ -105,6 +106,7 @@ def main() -> None:
                     ["mlflow"], root / "remote", f"http://127.0.0.1:{port}"
                 ),
                 "tensorboard": per_cycle(["tensorboard"], root / "tb"),
+                "wandb, offline": per_cycle(["wandb"], root / "wandb"),
             }
         finally:
             stop_mlflow_server(server)

@@ -10,6 +10,8 @@ One `Tracker` per flow run (flows/flywheel.py owns it), fanned out to `tracking.
   MLflow run it started (found by its `flywheel.run_id` tag).
 - **tensorboard**: event files in `runs/<id>/tensorboard` (tensorboardX), scalars and
   the tables as text.
+- **wandb**: Weights & Biases, offline by default (`runs/<id>/wandb`, uploaded later by
+  `wandb sync`); `tracking.wandb_mode=online` where a login exists.
 
 Logged: the whole config as params (`sampling.k`, ...); per cycle its summary (reward,
 pass rate, stage seconds, per-domain pass rate) at step = cycle, the update's metrics at
@@ -22,7 +24,7 @@ then `tracking.on_error` decides: `buffer` keeps the calls (up to `buffer_max`) 
 replays them, in order, once the backend answers again; `drop` loses them.
 Bad settings (an unknown backend, a URI MLflow cannot take) stop the run at start-up.
 
-Not done: Weights & Biases (offline mode); SFT's own steps are not logged.
+Not done: SFT's own steps are not logged.
 """
 
 from __future__ import annotations
@@ -42,16 +44,20 @@ log = logging.getLogger("flywheel")
 class TrackingConfig(BaseModel):
     """Experiment trackers (flywheel/tracking.py): never able to stop a cycle."""
 
-    backends: list[Literal["mlflow", "tensorboard"]] = Field(
+    backends: list[Literal["mlflow", "tensorboard", "wandb"]] = Field(
         ["mlflow"],
-        description="mlflow (a SQLite store under runs_dir unless mlflow_uri), tensorboard; [] for none.",
+        description="mlflow (a SQLite store under runs_dir unless mlflow_uri), tensorboard, wandb; [] for none.",
     )
     mlflow_uri: str = Field(
         "",
         description="Any MLflow tracking URI (http://host:5000, sqlite:///x.db); empty: MLFLOW_TRACKING_URI, else "
         "sqlite under runs_dir.",
     )
-    experiment: str = "flywheel"
+    experiment: str = Field("flywheel", description="MLflow's experiment, W&B's project.")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="W&B offline: runs/<id>/wandb, uploaded later by `wandb sync`; online needs a login.",
+    )
     samples_per_cycle: int = Field(8, ge=0, description="Sample completions logged per cycle as a table.")
     on_error: Literal["buffer", "drop"] = Field(
         "buffer",
@@ -175,6 +181,48 @@ class TensorBoardBackend:
         self.writer.close()
 
 
+class WandbBackend:
+    """Weights & Biases, offline by default (files under runs/<id>/wandb; `wandb sync`
+    uploads them). W&B wants one rising step: each metric family gets its own x-axis
+    (`define_metric`) instead, read from its key: eval/* by policy version, update/* by
+    the cycle trained on, the rest by cycle."""
+
+    AXES = {"eval/": "eval/policy_version", "update/": "update/cycle", "": "cycle"}
+
+    def __init__(self, run_dir: Path, project: str, run_id: str, mode: str) -> None:
+        import wandb
+
+        self.wandb, self.run = wandb, None
+        self.init = dict(project=project, id=run_id, name=run_id, dir=str(run_dir), mode=mode, resume="allow",
+                         settings=wandb.Settings(silent=True, console="off"))  # fmt: skip
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(self, params: dict[str, str]) -> None:
+        self.run = self.wandb.init(config=params, **self.init)
+        for prefix, axis in self.AXES.items():
+            self.run.define_metric(axis, hidden=True)
+            self.run.define_metric(f"{prefix}*", step_metric=axis)
+
+    def _axis(self, key: str) -> str:
+        return next(axis for prefix, axis in self.AXES.items() if key.startswith(prefix))
+
+    def metrics(self, values: dict[str, float], step: int) -> None:
+        self.run.log({**values, self._axis(next(iter(values))): step})
+
+    def table(self, name: str, rows: list[dict], step: int) -> None:
+        if rows:
+            cols = list(rows[0])
+            table = self.wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in rows])
+            self.run.log({f"tables/{name.split('/')[0]}": table, self._axis(name): step})
+
+    def image(self, path: Path) -> None:
+        self.run.log({"reward_curve": self.wandb.Image(str(path))})
+
+    def close(self, status: str) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=0 if status == "FINISHED" else 1)
+
+
 def _cell(value) -> str:
     text = f"{value:.3f}" if isinstance(value, float) else str(value)
     return text.replace("|", "\\|").replace("\n", " ")[:300]
@@ -237,8 +285,12 @@ class Tracker:
                 )
             elif name == "tensorboard":
                 backend = TensorBoardBackend(config.run_dir / "tensorboard")
+            elif name == "wandb":
+                backend = WandbBackend(config.run_dir, cfg.experiment, config.run_id, cfg.wandb_mode)
             else:  # the config's Literal already refuses it; a clear error if that ever changes
-                raise ValueError(f"tracking.backends: unknown backend {name!r} (known: mlflow, tensorboard)")
+                raise ValueError(
+                    f"tracking.backends: unknown backend {name!r} (known: mlflow, tensorboard, wandb)"
+                )
             guarded.append(_Guarded(name, backend, cfg.on_error, cfg.buffer_max))
         tracker = cls(guarded, cfg.samples_per_cycle)
         tracker._call("start", flatten(config.model_dump(mode="json")))

