@@ -23,6 +23,7 @@ manifest (it is overwritten when that version is published again).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 from datetime import datetime, timezone
@@ -118,7 +119,9 @@ class PolicyStore:
         """Move a staged dir into the lake; returns its path relative to the lake root."""
         self.lake._delete_dir(dest)
         if self.lake.is_s3:
-            pafs.copy_files(str(src), dest, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.lake.fs)
+            pafs.copy_files(
+                str(src), dest, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.lake.fs
+            )
             if cache_version is not None:  # keep the upload as this machine's cached copy
                 cached = self._cache_path(cache_version)
                 shutil.rmtree(cached, ignore_errors=True)
@@ -160,9 +163,7 @@ class PolicyStore:
         if not self.lake.is_s3:
             return self.lake._path(entry["hf"])
         cached = self._cache_path(version)
-        if not (cached.parent / "hf.complete").exists():
-            self._download(entry["hf"], cached)
-            (cached.parent / "hf.complete").touch()
+        self._fetch_once(entry["hf"], cached, cached.parent / "hf.complete")
         return str(cached)
 
     def checkpoint(self, version: int | None = None) -> tuple[str, str] | None:
@@ -174,10 +175,22 @@ class PolicyStore:
         if not self.lake.is_s3:
             return self.lake._path(entry["checkpoint"]), entry["tag"]
         local = self.cache_dir / f"v{version}" / "checkpoint"
-        if not (local.parent / "checkpoint.complete").exists():
-            self._download(entry["checkpoint"], local)
-            (local.parent / "checkpoint.complete").touch()
+        self._fetch_once(entry["checkpoint"], local, local.parent / "checkpoint.complete")
         return str(local), entry["tag"]
+
+    def _fetch_once(self, rel: str, dest: Path, marker: Path) -> None:
+        """Download `rel` to `dest` unless `marker` says it is there, under a file lock:
+        shards on one machine share the cache, and without the lock a second one wiped
+        and re-copied the dir while the first was loading from it (CI: "does not fit the
+        model: missing" every weight)."""
+        if marker.exists():
+            return
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest.parent / f".{dest.name}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not marker.exists():
+                self._download(rel, dest)
+                marker.touch()
 
     def _download(self, rel: str, dest: Path) -> None:
         shutil.rmtree(dest, ignore_errors=True)

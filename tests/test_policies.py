@@ -39,7 +39,9 @@ def check_store(lake: Lake, tmp_path: Path) -> None:
     assert tag == "v3" and (Path(save_dir) / "v3" / "global_step1" / "optim_states.pt").stat().st_size == 3000
     assert Path(other.hf_dir(2)).is_dir() and other.hf_dir(1) is None and other.checkpoint(2) is None
     for gone in ("v1/hf", "v1/checkpoint", "v2/checkpoint"):  # no file left (S3 may keep empty dirs)
-        selector = pafs.FileSelector(lake._path("policies", "run=r", gone), recursive=True, allow_not_found=True)
+        selector = pafs.FileSelector(
+            lake._path("policies", "run=r", gone), recursive=True, allow_not_found=True
+        )
         assert [i.path for i in lake.fs.get_file_info(selector) if i.type == pafs.FileType.File] == [], gone
     # a crash after uploading v4 but before its manifest: v3 stays current
     hf, ckpt = stage(tmp_path / "staging", 4)
@@ -72,3 +74,34 @@ def test_keeping_every_export_still_prunes_checkpoints(tmp_path):
         store.publish(cycle=version - 1, version=version, hf_dir=hf, checkpoint=ckpt)
     assert all(Path(store.hf_dir(v)).is_dir() for v in (1, 2, 3))
     assert store.checkpoint(1) is None and store.checkpoint(2) is None and store.checkpoint(3)
+
+
+FETCH = """
+import sys, hashlib
+from pathlib import Path
+from storage.lake import Lake
+from storage.policies import PolicyStore
+store = PolicyStore(Lake(sys.argv[1], endpoint=sys.argv[2]), "r", Path(sys.argv[3]))
+hf = Path(store.hf_dir(1))
+print(hashlib.sha256((hf / "model.safetensors").read_bytes()).hexdigest(), (hf / "config.json").read_text())
+"""
+
+
+def test_shards_on_one_machine_fetch_a_version_into_one_cache(seaweedfs, tmp_path):
+    """Ray shards on one machine share the policy cache: each must load a whole copy while
+    the others fetch the same version (CI once loaded a dir another shard had just wiped)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    lake = Lake("s3://flywheel-test/shared-cache", endpoint=seaweedfs)
+    hf, ckpt = stage(tmp_path / "staging", 1)
+    weights = bytes(range(256)) * (64 * 1024)  # 16 MiB: long enough to copy that the fetches overlap
+    (hf / "model.safetensors").write_bytes(weights)
+    PolicyStore(lake, "r", tmp_path / "publisher").publish(cycle=0, version=1, hf_dir=hf, checkpoint=ckpt)
+    cache = tmp_path / "shared"
+    procs = [subprocess.Popen([sys.executable, "-c", FETCH, lake.uri, seaweedfs, str(cache)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(4)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    want = f'{hashlib.sha256(weights).hexdigest()} {{"v": 1}}\n'
+    assert [o for o, _ in outs] == [want] * 4, [e[-1500:] for _, e in outs]
