@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from environments.base import Environment, Score
 from environments.sandbox import Workspace
-from environments.tools import ToolCall, is_valid, tools_prompt
+from environments.tool_formats import BY_NAME, ToolFormat
+from environments.tools import is_valid, tools_prompt
 from storage.schema import TaskSpec
 
 
@@ -84,7 +85,9 @@ class MultiTurnEnvironment(Environment):
         return None
 
     @abstractmethod
-    def final_score(self, task: TaskSpec, ws: Workspace, steps: list[dict], weights: RewardWeights = DEFAULT_WEIGHTS) -> Score:
+    def final_score(
+        self, task: TaskSpec, ws: Workspace, steps: list[dict], weights: RewardWeights = DEFAULT_WEIGHTS
+    ) -> Score:
         """Score the finished episode from the workspace's final state."""
 
     def reference_calls(self, task: TaskSpec) -> list[dict] | None:
@@ -124,11 +127,10 @@ class MultiTurnEnvironment(Environment):
                      tests_total=total, error=error)  # fmt: skip
 
 
-def tool_call_text(message: dict) -> str:
-    """An assistant message with `tool_calls` as the text the model is asked to write
-    (environments/tools.py: Hermes-style <tool_call> blocks)."""
-    blocks = [
-        "<tool_call>" + ToolCall(c["function"]["name"], c["function"].get("arguments", {})).to_json() + "</tool_call>"
-        for c in message.get("tool_calls") or []
-    ]
-    return "\n".join([t for t in [message.get("content") or ""] if t] + blocks)
+def tool_call_text(message: dict, fmt: ToolFormat | None = None) -> str:
+    """An assistant message with `tool_calls` as the text the model is asked to write in
+    format `fmt` (environments/tool_formats.py; Hermes by default)."""
+    calls = [{"name": c["function"]["name"], "arguments": c["function"].get("arguments", {})}
+             for c in message.get("tool_calls") or []]  # fmt: skip
+    rendered = (fmt or BY_NAME["hermes"]).render(calls) if calls else ""
+    return "\n".join(t for t in [message.get("content") or "", rendered] if t)

@@ -3,13 +3,12 @@ execution inside a sandbox `Workspace`.
 
 Format. The specs are OpenAI chat "function" tools (JSON schema), so they can be handed
 to a chat template's `tools=` argument or described in a system prompt (`tools_prompt`).
-The model calls a tool with a Hermes/Qwen block,
+How the model writes a call depends on its family (environments/tool_formats.py); by
+default a Hermes/Qwen block,
 
     <tool_call>{"name": "run_shell", "arguments": {"command": "ls"}}</tool_call>
 
-which is what small chat models emit when tools are described in the system prompt; a
-fenced ```json block holding the same object is accepted as a fallback (only when no
-<tool_call> block is present, so a model quoting JSON in prose is not double-counted).
+which is what small chat models emit when tools are described in the system prompt.
 
 Robustness. Parsing never raises: a block that is not JSON, names no known tool, or lacks
 required arguments becomes an `InvalidCall`, which the runner reports to the model as an
@@ -24,11 +23,11 @@ Not done: parallel calls inside one turn run one after another, in order.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 
 from environments.sandbox import Limits, Workspace
+from environments.tool_formats import BY_NAME, ToolFormat
 
 TOOL_SPECS = {
     "run_shell": {
@@ -63,17 +62,11 @@ def tool_specs(names: list[str] | None = None) -> list[dict]:
     ]
 
 
-def tools_prompt(intro: str, names: list[str] | None = None) -> str:
-    """A system prompt that describes the tools in the Hermes style, for chat templates
-    that know nothing of tools (the spec JSON is what models were trained to read)."""
-    specs = "\n".join(json.dumps(s) for s in tool_specs(names))
-    return (
-        f"{intro}\n\nYou can call these tools:\n<tools>\n{specs}\n</tools>\n\n"
-        "To call a tool, reply with a JSON object inside <tool_call></tool_call> tags:\n"
-        '<tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>\n'
-        "You may make several calls in one reply. Each result comes back in the next message. "
-        "Call submit when you are done."
-    )
+def tools_prompt(intro: str, names: list[str] | None = None, fmt: ToolFormat | None = None) -> str:
+    """A system prompt that describes the tools and how to call them (Hermes by default),
+    for chat templates that know nothing of tools (the spec JSON is what models were
+    trained to read)."""
+    return (fmt or BY_NAME["hermes"]).system_prompt(intro, tool_specs(names), template_has_tools=False)
 
 
 @dataclass
@@ -92,10 +85,6 @@ class InvalidCall:
 
     def to_json(self) -> str:
         return json.dumps({"invalid": self.reason, "raw": self.raw[:500]})
-
-
-TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-JSON_FENCE = re.compile(r"```(?:json)?[^\n]*\n(.*?)```", re.DOTALL)
 
 
 def _check(obj, raw: str, allowed: list[str] | None) -> ToolCall | InvalidCall:
@@ -123,16 +112,13 @@ def _check(obj, raw: str, allowed: list[str] | None) -> ToolCall | InvalidCall:
     return ToolCall(name, {k: args[k] for k in params["properties"] if k in args})
 
 
-def parse_tool_calls(text: str, allowed: list[str] | None = None) -> list[ToolCall | InvalidCall]:
-    """Every tool call in `text`, in order; empty when the text makes none."""
-    blocks = [b.strip() for b in TOOL_CALL_BLOCK.findall(text)]
-    fenced = not blocks
-    if fenced:
-        blocks = [b.strip() for b in JSON_FENCE.findall(text) if '"name"' in b]
+def parse_tool_calls(
+    text: str, allowed: list[str] | None = None, fmt: ToolFormat | None = None
+) -> list[ToolCall | InvalidCall]:
+    """Every tool call in `text` written in format `fmt` (environments/tool_formats.py;
+    Hermes by default), in order; empty when the text makes none."""
     calls: list[ToolCall | InvalidCall] = []
-    for block in blocks:
-        if block.startswith("```"):  # a fence inside the tags
-            block = re.sub(r"^```(?:json)?\s*|\s*```$", "", block)
+    for block in (fmt or BY_NAME["hermes"]).blocks(text):
         try:
             obj = json.loads(block)
         except ValueError:

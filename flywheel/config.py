@@ -72,6 +72,10 @@ class SamplingConfig(BaseModel):
     top_p: float = 1.0
     max_tokens: int = Field(256, description="Tokens per sample (per turn in multi-turn domains).")
     max_turns: int = Field(6, ge=1, description="Assistant turns per multi-turn trajectory.")
+    tool_format: Literal["auto", "hermes", "llama3_json", "mistral"] = Field(
+        "auto",
+        description="How the model writes tool calls; auto: from its chat template (environments/tool_formats.py).",
+    )
 
 
 class SandboxConfig(BaseModel):

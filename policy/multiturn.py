@@ -42,11 +42,15 @@ from dataclasses import dataclass, field, replace
 from environments.agentic import DEFAULT_WEIGHTS, RewardWeights
 from environments.base import Score
 from environments.sandbox import Limits
-from environments.tools import InvalidCall, execute, parse_tool_calls, step_record, truncate
+from environments.tool_formats import ToolFormat, pick, template_has_tools
+from environments.tools import InvalidCall, execute, parse_tool_calls, step_record, tool_specs, truncate
 from policy.chat import encode_chat
 from policy.engines.base import Sample, SamplingSpec
 
-NO_CALL = "[no tool call found: call a tool inside <tool_call></tool_call> tags, or call submit]"
+
+def no_call(fmt: ToolFormat) -> str:
+    """The observation after a reply that called nothing."""
+    return f"[no tool call found: {fmt.no_call_hint}, or call submit]"
 
 
 @dataclass
@@ -62,6 +66,7 @@ class Episode:
     num_turns: int = 0
     finish_reason: str = ""  # "submit", "max_turns", "max_tokens", or "error"
     score: Score | None = None
+    tools: list[dict] | None = None  # handed to the chat template (None: it cannot take them)
 
     def rollout(self, seconds: float):
         """This scored episode as a `tasks.records.Rollout`."""
@@ -78,8 +83,22 @@ class Episode:
         )  # fmt: skip
 
 
-def _render(tokenizer, messages, generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+def _render(tokenizer, messages, generation_prompt: bool, tools: list[dict] | None = None) -> str:
+    extra = {"tools": tools} if tools else {}  # only then: not every tokenizer takes the argument
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=generation_prompt, tokenize=False, **extra
+    )
+
+
+def opening(task, env, fmt: ToolFormat, takes_tools: bool) -> tuple[list[dict], list[dict] | None]:
+    """The episode's first messages and the tools for the template: the domain's system
+    prompt (written for Hermes when the task was made) rewritten for `fmt`, without the
+    tool list when the template renders `tools=` itself. A task's own system prompt stays."""
+    messages = [dict(m) for m in task.prompt]
+    specs = tool_specs(list(env.tools))
+    if messages and messages[0]["role"] == "system" and messages[0]["content"] == env.system_prompt:
+        messages[0]["content"] = fmt.system_prompt(env.intro, specs, takes_tools)
+    return messages, (specs if takes_tools else None)
 
 
 def has_tool_role(tokenizer) -> bool:
@@ -114,9 +133,9 @@ class _Live:
 
     def observation_ids(self, tokenizer, messages: list[dict]) -> list[int]:
         """Adds the messages to the chat; returns their ids (not yet in the sequence)."""
-        through_assistant = _render(tokenizer, self.ep.messages, False)
+        through_assistant = _render(tokenizer, self.ep.messages, False, self.ep.tools)
         self.ep.messages += messages
-        after = _render(tokenizer, self.ep.messages, True)
+        after = _render(tokenizer, self.ep.messages, True, self.ep.tools)
         so_far = tokenizer.decode(
             self.ep.prompt_token_ids + self.ep.completion_token_ids, skip_special_tokens=False
         )
@@ -140,30 +159,50 @@ class _Live:
 def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: int = 8, max_tokens: int = 4096,
                  sampling: SamplingSpec | None = None, step_limits: Limits | None = None,
                  max_observation_chars: int = 2000, max_live: int | None = None,
-                 weights: RewardWeights = DEFAULT_WEIGHTS) -> list[list[Episode]]:  # fmt: skip
+                 weights: RewardWeights = DEFAULT_WEIGHTS, tool_format: str = "auto") -> list[list[Episode]]:  # fmt: skip
     """Play every job's k trajectories; returns, per job, its k scored Episodes.
 
     jobs: (task, env, k) with env a `MultiTurnEnvironment`. max_turns: assistant turns per
     trajectory. max_tokens: the whole sequence (prompt, assistant and observation tokens);
     each turn may sample at most `sampling.max_tokens` and never past this budget.
     step_limits: the sandbox limits of each tool execution (default: the sandbox's).
-    weights: how outcome and process rewards combine (environments/agentic.py)."""
+    weights: how outcome and process rewards combine (environments/agentic.py).
+    tool_format: how the model writes calls (environments/tool_formats.py; "auto": from its
+    chat template)."""
     sampling = sampling or SamplingSpec(n=1, max_tokens=512)
     tool_role = has_tool_role(tokenizer)
-    episodes = [[Episode(task, env, i, [dict(m) for m in task.prompt], encode_chat(tokenizer, task.prompt))
-                 for i in range(k)] for task, env, k in jobs]  # fmt: skip
+    fmt, takes_tools = pick(tokenizer, tool_format), template_has_tools(tokenizer)
+    episodes = []
+    for task, env, k in jobs:
+        messages, tools = opening(task, env, fmt, takes_tools)
+        ids = encode_chat(tokenizer, messages, tools)
+        episodes.append(
+            [Episode(task, env, i, [dict(m) for m in messages], list(ids), tools=tools) for i in range(k)]
+        )
     flat = [ep for group in episodes for ep in group]
     slots = getattr(sandbox, "concurrency", 4)  # more live workspaces than slots would deadlock
     wave = max(1, min(max_live or slots, slots))
     with ThreadPoolExecutor(max_workers=wave) as pool:
         for start in range(0, len(flat), wave):
             _play(engine, tokenizer, sandbox, flat[start : start + wave], pool, max_turns, max_tokens, sampling,
-                  step_limits, max_observation_chars, tool_role, weights)  # fmt: skip
+                  step_limits, max_observation_chars, tool_role, weights, fmt)  # fmt: skip
     return episodes
 
 
 def _play(
-    engine, tokenizer, sandbox, batch, pool, max_turns, max_tokens, sampling, limits, max_chars, tool_role, weights
+    engine,
+    tokenizer,
+    sandbox,
+    batch,
+    pool,
+    max_turns,
+    max_tokens,
+    sampling,
+    limits,
+    max_chars,
+    tool_role,
+    weights,
+    fmt,
 ):
     def acquire(ep):
         return _Live(ep, sandbox.workspace(ep.env.setup_files(ep.task)))
@@ -184,7 +223,9 @@ def _play(
             for lv, sample in zip(live, samples):
                 lv.add_sample(sample)
             results = list(
-                pool.map(lambda a: _act(*a, limits, max_chars), [(lv, s) for lv, s in zip(live, samples)])
+                pool.map(
+                    lambda a: _act(*a, limits, max_chars, fmt), [(lv, s) for lv, s in zip(live, samples)]
+                )
             )
             still = []
             for lv, (observations, submitted) in zip(live, results):
@@ -203,7 +244,9 @@ def _play(
                 lv.commit_observations(ids)
                 still.append(lv)
             live = still
-        scores = pool.map(_try(lambda lv: lv.ep.env.final_score(lv.ep.task, lv.ws, lv.ep.steps, weights)), lives)
+        scores = pool.map(
+            _try(lambda lv: lv.ep.env.final_score(lv.ep.task, lv.ws, lv.ep.steps, weights)), lives
+        )
         for lv, score in zip(lives, scores):
             lv.ep.score = (
                 score if isinstance(score, Score) else Score(0.0, "error", error=f"scoring failed: {score}")
@@ -231,14 +274,14 @@ def _out_of_budget(lv: _Live, max_turns: int, max_tokens: int) -> bool:
     return True
 
 
-def _act(lv: _Live, sample, limits, max_chars) -> tuple[list[str], bool]:
+def _act(lv: _Live, sample, limits, max_chars, fmt: ToolFormat) -> tuple[list[str], bool]:
     """Run the sample's tool calls in order, up to a submit; (observations, submitted)."""
     env = lv.ep.env
-    calls = parse_tool_calls(sample.text, list(env.tools))
+    calls = parse_tool_calls(sample.text, list(env.tools), fmt)
     if not calls:
         call = InvalidCall(truncate(sample.text, 300)[0], "no tool call in the reply")
         lv.ep.steps.append(step_record(call, execute(lv.ws, call)))
-        return [NO_CALL], False
+        return [no_call(fmt)], False
     observations = []
     for call in calls:
         result = execute(
@@ -276,13 +319,15 @@ class _Script:
 
 
 def play_reference(tokenizer, sandbox, task, env, messages: list[dict], *, max_tokens: int = 4096,
-                   weights: RewardWeights = DEFAULT_WEIGHTS) -> Episode:  # fmt: skip
+                   weights: RewardWeights = DEFAULT_WEIGHTS, tool_format: str = "auto") -> Episode:  # fmt: skip
     """The episode of `env.reference(task)` (`messages`, one assistant message per turn),
     its tool calls executed in a real workspace and the result scored: an SFT
     demonstration whose observation tokens are marked NaN, as in a policy episode."""
     from environments.agentic import tool_call_text
 
-    replies = [tool_call_text(m) for m in messages]
+    fmt = pick(tokenizer, tool_format)
+    replies = [tool_call_text(m, fmt) for m in messages]
     spec = SamplingSpec(n=1, temperature=0.0, max_tokens=max(len(_ids(tokenizer, r)) for r in replies) + 2)
     return run_episodes(_Script(tokenizer, replies), tokenizer, sandbox, [(task, env, 1)], max_turns=len(replies),
-                        max_tokens=max_tokens, sampling=spec, max_live=1, weights=weights)[0][0]  # fmt: skip
+                        max_tokens=max_tokens, sampling=spec, max_live=1, weights=weights,
+                        tool_format=fmt.name)[0][0]  # fmt: skip

@@ -68,7 +68,9 @@ def rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rol
     return sorted(out, key=lambda r: (position[r.task.task_id], r.sample_index))
 
 
-def sample_replies(parts: Parts, tasks: list[TaskSpec], prompts: list[list[int]], spec: SamplingSpec) -> list[Rollout]:
+def sample_replies(
+    parts: Parts, tasks: list[TaskSpec], prompts: list[list[int]], spec: SamplingSpec
+) -> list[Rollout]:
     out: list[Rollout] = []
     batch = max(-(-len(tasks) // 4), -(-CALL_SEQUENCES // spec.n), 1)
     with stage("generate", total=len(tasks) * spec.n) as advance:
@@ -89,7 +91,9 @@ def sample_replies(parts: Parts, tasks: list[TaskSpec], prompts: list[list[int]]
     return out
 
 
-def play_episodes(parts: Parts, ctx: StageContext, tasks: list[TaskSpec], spec: SamplingSpec) -> list[Rollout]:
+def play_episodes(
+    parts: Parts, ctx: StageContext, tasks: list[TaskSpec], spec: SamplingSpec
+) -> list[Rollout]:
     """Multi-turn tasks: k scored episodes each. Tasks go to the runner a wave at a time
     (as many trajectories as the sandbox pool has workspaces), so progress shows."""
     out: list[Rollout] = []
@@ -103,7 +107,7 @@ def play_episodes(parts: Parts, ctx: StageContext, tasks: list[TaskSpec], spec: 
             groups = run_episodes(
                 parts.engine, parts.tokenizer, parts.sandbox, [(t, parts.domains[t.domain], spec.n) for t in wave],
                 max_turns=ctx.sampling.max_turns, max_tokens=ctx.config.engine.max_model_len,
-                sampling=dataclasses.replace(spec, n=1), weights=weights,
+                sampling=dataclasses.replace(spec, n=1), weights=weights, tool_format=ctx.sampling.tool_format,
             )  # fmt: skip
             per_episode = (time.monotonic() - t0) / max(1, len(wave) * spec.n)
             out += [ep.rollout(per_episode) for group in groups for ep in group]

@@ -11,7 +11,8 @@ import math
 from environments import get_environment
 from policy.chat import encode_chat
 from policy.engines.base import SamplingSpec
-from policy.multiturn import NO_CALL, run_episodes
+from environments.tool_formats import BY_NAME
+from policy.multiturn import no_call, run_episodes
 from tests.multiturn_fixtures import END, CharChatTokenizer, ScriptedEngine, box, call_text  # noqa: F401
 
 REPAIR, TERMINAL = get_environment("repair"), get_environment("terminal")
@@ -135,7 +136,7 @@ def test_invalid_and_missing_calls_are_observations_and_lower_process_reward(box
     ((ep,),) = run_episodes(engine, TOK, box, [(task, TERMINAL, 1)], max_turns=10, max_tokens=100_000,
                             sampling=SamplingSpec(max_tokens=4000))  # fmt: skip
     tool_msgs = [m["content"] for m in ep.messages if m["role"] == "tool"]
-    assert tool_msgs[0] == NO_CALL and "invalid tool call" in tool_msgs[1]
+    assert tool_msgs[0] == no_call(BY_NAME["hermes"]) and "invalid tool call" in tool_msgs[1]
     assert ep.score.outcome == 1.0 and ep.score.verdict == "pass" and 0.0 < ep.score.reward < 1.0
     assert [s["exit_code"] for s in ep.steps[:2]] == [None, None]
 
@@ -193,7 +194,9 @@ def test_episode_fields_fit_the_trajectory_schema(box):  # noqa: F811
     ctx = StageContext(config=cfg, run_id="r", cycle=0, label="train", policy_version=0, policy_lag=0,
                        sampling=cfg.sampling)  # fmt: skip
     rollout = ep.rollout(1.0)
-    back = to_table([trajectory_record(ctx, rollout, rollout.episode_score)], TRAJECTORY_SCHEMA).to_pylist()[0]
+    back = to_table([trajectory_record(ctx, rollout, rollout.episode_score)], TRAJECTORY_SCHEMA).to_pylist()[
+        0
+    ]
     assert back["steps"][0]["exit_code"] is None and back["num_tool_calls"] == len(ep.steps)
     assert (
         sum(math.isnan(x) for x in back["completion_logprobs"])
