@@ -3,10 +3,12 @@ rendered and detected from a chat template, and a whole multi-turn episode per f
 the domain's reference calls written in the family's format, tokenized by a real
 tokenizer, parsed, run in the real sandbox, their results rendered back by the template.
 
-Tokenizers: SmolLM2's (Hermes); Mistral's own v3 tokenizer as shipped in mistral_common
-(converted to a Hugging Face tokenizer, its control tokens kept); Llama 3's tokenizer is
-not available offline, so the Llama 3.1 JSON template (saved in tests/data) runs on
-SmolLM2's tokenizer. The two templates are written after the families' published ones."""
+Tokenizers and templates: SmolLM2's own (Hermes in the system prompt) and, on SmolLM2's
+tokenizer, Qwen 2.5's published template (Hermes with `tools=`, as shipped in TRL's
+chat_templates); Mistral's own v3 tokenizer as shipped in mistral_common (converted to a
+Hugging Face tokenizer, its control tokens kept) with a v3 tool template written after
+Mistral's (tests/data); Llama 3.1's published template (TRL's copy) on SmolLM2's
+tokenizer, since Llama 3's tokenizer is not available offline."""
 
 from pathlib import Path
 
@@ -17,6 +19,14 @@ from environments.tool_formats import BY_NAME, detect, pick, template_has_tools
 from environments.tools import InvalidCall, ToolCall, parse_tool_calls
 
 DATA = Path(__file__).parent / "data"
+
+
+def trl_template(name: str) -> str:
+    import trl
+
+    return (Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja").read_text()
+
+
 MISTRAL_CONTROL = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
                    "[/TOOL_RESULTS]"]  # fmt: skip
 
@@ -77,7 +87,8 @@ def test_detect_from_templates(tiny_model):
     smol = AutoTokenizer.from_pretrained(tiny_model)
     assert pick(smol).name == "hermes" and not template_has_tools(smol)
     assert detect((DATA / "mistral_v3_tools.jinja").read_text()).name == "mistral"
-    assert detect((DATA / "llama31_json_tools.jinja").read_text()).name == "llama3_json"
+    assert detect(trl_template("llama3_1")).name == "llama3_json"
+    assert detect(trl_template("qwen2_5")).name == "hermes"
     assert pick(smol, "mistral").name == "mistral"
     with pytest.raises(ValueError, match="unknown tool-call format 'xml'"):
         pick(smol, "xml")
@@ -96,11 +107,11 @@ def mistral_tokenizer():
     return tok
 
 
-def llama_template_tokenizer(tiny_model):
+def smol_with_template(tiny_model, name: str):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
-    tok.chat_template = (DATA / "llama31_json_tools.jinja").read_text()
+    tok.chat_template = trl_template(name)
     return tok
 
 
@@ -114,15 +125,16 @@ def box():
     sandbox.close()
 
 
-@pytest.mark.parametrize("family", ["hermes", "mistral", "llama3_json"])
+@pytest.mark.parametrize("family", ["hermes", "qwen2_5", "mistral", "llama3_json"])
 def test_a_whole_episode_in_each_family_format(family, tiny_model, box):
     from transformers import AutoTokenizer
 
     from policy.multiturn import play_reference
 
     tok = {"hermes": lambda: AutoTokenizer.from_pretrained(tiny_model), "mistral": mistral_tokenizer,
-           "llama3_json": lambda: llama_template_tokenizer(tiny_model)}[family]()  # fmt: skip
-    assert pick(tok).name == family  # picked from the template ("auto")
+           "qwen2_5": lambda: smol_with_template(tiny_model, "qwen2_5"),
+           "llama3_json": lambda: smol_with_template(tiny_model, "llama3_1")}[family]()  # fmt: skip
+    assert pick(tok).name == {"qwen2_5": "hermes"}.get(family, family)  # picked from the template ("auto")
     env = get_environment("repair")
     task = env.make_tasks("train", 1, 3, 1)[0]
     ep = play_reference(tok, box, task, env, env.reference(task), max_tokens=8192)
@@ -136,5 +148,9 @@ def test_a_whole_episode_in_each_family_format(family, tiny_model, box):
         assert tok.convert_tokens_to_ids("[TOOL_CALLS]") in ep.completion_token_ids  # one control token
     elif family == "llama3_json":
         assert ep.tools and '"parameters"' in written and "<|start_header_id|>ipython" in written
+    elif family == "qwen2_5":  # Hermes calls, the tool list rendered by the template
+        assert (
+            ep.tools and "<tools>" not in system and "<tool_call>" in written and "<tool_response>" in written
+        )
     else:
         assert ep.tools is None and "<tools>" in system and "<tool_call>" in written
