@@ -20,6 +20,7 @@ from prefect import flow, get_run_logger
 
 from flows.evaluate import evaluate_and_track
 from flywheel.config import FlywheelConfig
+from flywheel.console import check_stop
 from flywheel.pipeline import UpdatePipeline
 from flywheel.progress import reporter
 from flywheel.reporting import by_domain_level, publish_cycle
@@ -39,6 +40,7 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
     t_cycle = time.monotonic()
 
     def timed(name, fn, *args):
+        check_stop()  # a Ctrl-C whose first raise was lost (flywheel/console.py)
         t0 = time.monotonic()
         result = fn.with_options(task_run_name=f"{name}-{rt.run_id}-c{cycle}")(rt, *args)
         timings[name] = round(time.monotonic() - t0, 2)
@@ -52,6 +54,7 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
         trajectories = timed("score", score, ctx, rollouts)
         timed("archive", archive, cycle, tasks, trajectories)
     if rt.manifest["updated_cycle"] < cycle:
+        check_stop()
         t0 = time.monotonic()
         updates.submit(cycle)  # synchronous: trains and syncs now; else starts in the background
         timings["update"] = round(time.monotonic() - t0, 2)
@@ -122,6 +125,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
         if todo and (around or every):
             evaluate_now()  # the starting policy (read back, not redone, on resume)
         for cycle in todo:
+            check_stop()
             minutes = (time.monotonic() - t_start) / 60
             if config.max_wall_minutes and minutes >= config.max_wall_minutes:
                 logger.info("max_wall_minutes: %.1f minutes gone, no cycle %d", minutes, cycle)

@@ -12,6 +12,9 @@
 - **The engine outlives the interrupt.** vLLM's engine core is started deaf to SIGINT
   (`start_deaf_to_ctrl_c`, in flywheel/runtime.py), so it keeps answering until the run's own
   shutdown stops it, and the main thread, woken by its next output, raises.
+- **A lost interrupt is raised again.** The handler's KeyboardInterrupt is swallowed when
+  it lands inside a `__del__`; the flow calls `check_stop()` between stages, which raises
+  it again.
 - **Stops even when the main thread cannot.** A watcher thread hears every signal through
   `signal.set_wakeup_fd` (written by the C-level handler, whichever thread took the
   signal); if the process still runs `STOP_GRACE_S` later (the main thread stuck in a call
@@ -111,6 +114,18 @@ def _kill_children(exclude: set[int] = frozenset()) -> None:
         pass
 
 
+_STOP = threading.Event()  # set by the stop signal's handler, for check_stop
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt if a stop signal came in. Called between stages: the
+    handler's own raise is lost when it lands inside a `__del__` run by the garbage
+    collector (Python prints "Exception ignored" and goes on; seen in CI, where the run then
+    went on to its next cycle)."""
+    if _STOP.is_set():
+        raise KeyboardInterrupt
+
+
 STOP_GRACE_S = 8.0  # after a stop signal, what the run gets to unwind before it is ended
 EXIT_GRACE_S = 2.0  # once unwound, what the libraries' exit work gets (Prefect's log drain)
 
@@ -167,6 +182,7 @@ def run_console(log_path: Path, verbose: bool = False):
             terminal.flush()
             _kill_children()
             os._exit(130)
+        _STOP.set()
         terminal.write(f"\n{signal.Signals(signum).name}: stopping (the run resumes with --run-id) ...\n")
         terminal.flush()
         raise KeyboardInterrupt
@@ -191,6 +207,7 @@ def run_console(log_path: Path, verbose: bool = False):
         for s, handler in previous.items():
             signal.signal(s, handler)
         signal.set_wakeup_fd(previous_wakeup)
+        _STOP.clear()  # a notebook's next run starts afresh
         if not stopping["signals"]:  # no stop under way: the watcher ends; else it keeps the deadline
             wakeup.close()
         unwound.set()
