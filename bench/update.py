@@ -46,13 +46,15 @@ class PlainTorchStep:
         from policy.logprobs import pad_batch, token_logprobs
         from policy.trainer import micro_batches
 
-        weights_of = dict(zip(map(id, samples), token_weights([len(s.completion_ids) for s in samples], "token_mean")))
+        weights_of = dict(
+            zip(map(id, samples), token_weights([len(s.completion_ids) for s in samples], "token_mean"))
+        )
         self.opt.zero_grad()
         for chunk in micro_batches(samples, self.cfg.micro_batch_tokens):
             if not chunk:
                 continue
             ids, mask = pad_batch([s.prompt_ids + s.completion_ids for s in chunk])
-            new_lp = token_logprobs(self.model, ids, mask)
+            new_lp = token_logprobs(self.model, ids, mask, min(len(s.prompt_ids) for s in chunk) - 1)
             old_lp, weights = torch.zeros_like(new_lp), torch.zeros_like(new_lp)
             for i, s in enumerate(chunk):
                 a, b = len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.completion_ids)
@@ -90,7 +92,9 @@ def main() -> None:
             metrics = runner.step(batch)
             times[name].append(time.perf_counter() - t0)
     tokens = sum(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
-    print(f"batch: {len(batch)} sequences, {tokens} tokens, padding fraction {metrics['padding_fraction']:.3f}")
+    print(
+        f"batch: {len(batch)} sequences, {tokens} tokens, padding fraction {metrics['padding_fraction']:.3f}"
+    )
     for name, ts in times.items():
         print(f"{name:18s} {statistics.median(ts):7.2f} s/step (median of {len(ts)})")
     ratio = statistics.median(times["deepspeed zero-3"]) / statistics.median(times["plain torch"])
@@ -102,8 +106,10 @@ def main() -> None:
             t0 = time.perf_counter()
             metrics = zero3.step(batch)
             ts.append(time.perf_counter() - t0)
-        print(f"zero-3 at micro_batch_tokens {budget:6d}: {statistics.median(ts):7.2f} s/step, "
-              f"{metrics['micro_batches']} micro-batches, padding {metrics['padding_fraction']:.3f}")
+        print(
+            f"zero-3 at micro_batch_tokens {budget:6d}: {statistics.median(ts):7.2f} s/step, "
+            f"{metrics['micro_batches']} micro-batches, padding {metrics['padding_fraction']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -15,14 +15,24 @@ def pad_batch(sequences: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor
     return ids, mask
 
 
-def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """logprob of token t given tokens < t, shape [batch, width-1] (position t-1 holds it)."""
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-    return torch.gather(logits.log_softmax(-1), 2, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, first: int = 0) -> torch.Tensor:
+    """logprob of token t given tokens < t, shape [batch, width-1] (position t-1 holds it).
+
+    `first`: the positions before it are not needed (the prompts', in a trainer's batch) and
+    hold 0: their logits are never made (HF's `logits_to_keep`), which spares the LM head and
+    the vocabulary-wide log-softmax over them, the part of a small model's step that grows
+    with the vocabulary (bench/roofline.py)."""
+    extra = {"logits_to_keep": ids.shape[1] - first} if first > 0 else {}
+    logits = model(input_ids=ids, attention_mask=mask, **extra).logits[:, :-1].float()
+    lp = torch.gather(logits.log_softmax(-1), 2, ids[:, first + 1 :].unsqueeze(-1)).squeeze(-1)
+    return torch.nn.functional.pad(lp, (first, 0)) if first > 0 else lp
 
 
 @torch.no_grad()
 def sequence_logprobs(model, sequences: list[list[int]], prompt_lens: list[int]) -> list[list[float]]:
     ids, mask = pad_batch(sequences)
     lps = token_logprobs(model, ids, mask)
-    return [lps[i, start - 1 : len(seq) - 1].tolist() for i, (seq, start) in enumerate(zip(sequences, prompt_lens))]
+    return [
+        lps[i, start - 1 : len(seq) - 1].tolist()
+        for i, (seq, start) in enumerate(zip(sequences, prompt_lens))
+    ]

@@ -203,7 +203,8 @@ class GRPOTrainer:
             seqs = [s.prompt_ids + s.completion_ids for s in chunk]
             ids, mask = pad_batch(seqs)
             ids, mask = ids.to(self.device), mask.to(self.device)
-            new_lp = token_logprobs(self.engine, ids, mask)
+            first = min(len(s.prompt_ids) for s in chunk) - 1  # no logits for what every prompt holds
+            new_lp = token_logprobs(self.engine, ids, mask, first)
             old_lp = torch.zeros_like(new_lp)
             weights = torch.zeros_like(new_lp)
             place_completions(chunk, old_lp, weights, [weight_of[id(s)] * scale for s in chunk])
@@ -213,7 +214,7 @@ class GRPOTrainer:
                 ref_lp = None
                 if self.reference is not None:
                     with torch.no_grad():
-                        ref_lp = token_logprobs(self.reference, ids, mask)
+                        ref_lp = token_logprobs(self.reference, ids, mask, first)
                 adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
                 is_w = None
                 if cfg.off_policy_correction == "truncated_is" and any(s.policy_lag for s in chunk):

@@ -54,8 +54,12 @@ def test_export_outlives_the_dir_it_started_from(tiny_model, tmp_path):
     own = GRPOTrainer(str(start), TrainerConfig(learning_rate=5e-3))
     shutil.rmtree(start)
     out = own.export(tmp_path / "v2-hf")
-    assert AutoTokenizer.from_pretrained(out).encode("hello") == AutoTokenizer.from_pretrained(tiny_model).encode("hello")
-    assert {p.name for p in Path(tiny_model).iterdir() if not p.name.endswith(".safetensors")} <= {p.name for p in Path(out).iterdir()}
+    assert AutoTokenizer.from_pretrained(out).encode("hello") == AutoTokenizer.from_pretrained(
+        tiny_model
+    ).encode("hello")
+    assert {p.name for p in Path(tiny_model).iterdir() if not p.name.endswith(".safetensors")} <= {
+        p.name for p in Path(out).iterdir()
+    }
 
 
 def test_export_reloads_to_the_same_logprobs(trainer, tmp_path):
@@ -126,3 +130,19 @@ def test_stale_samples_are_weighted_by_the_truncated_importance_ratio(tiny_model
     assert stale["loss"] == pytest.approx(-2.0, abs=1e-4) and stale["is_weight_mean"] == pytest.approx(2.0)
     assert stale["off_policy_samples"] == 1
     assert loss(1, correction="none")["loss"] == pytest.approx(-1.28, abs=1e-4)  # correction off
+
+
+def test_logprobs_from_a_first_position_match_the_full_pass(tiny_model):
+    """The trainer makes no logits for the positions every prompt of a micro-batch holds
+    (`first`); the logprobs it does make are the full pass's."""
+    from transformers import AutoModelForCausalLM
+
+    from policy.logprobs import pad_batch, token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    ids, mask = pad_batch([list(range(5, 40)), list(range(100, 120))])
+    with torch.no_grad():
+        full = token_logprobs(model, ids, mask)
+        cut = token_logprobs(model, ids, mask, first=12)
+    assert cut.shape == full.shape and torch.equal(cut[:, :12], torch.zeros(2, 12))
+    torch.testing.assert_close(cut[:, 12:], full[:, 12:], rtol=1e-5, atol=1e-5)
