@@ -22,8 +22,14 @@ def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, first: int = 0)
     hold 0: their logits are never made (HF's `logits_to_keep`), which spares the LM head and
     the vocabulary-wide log-softmax over them, the part of a small model's step that grows
     with the vocabulary (bench/roofline.py)."""
-    extra = {"logits_to_keep": ids.shape[1] - first} if first > 0 else {}
-    logits = model(input_ids=ids, attention_mask=mask, **extra).logits[:, :-1].float()
+    if first > 0:
+        try:
+            logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=ids.shape[1] - first).logits
+        except TypeError:  # a model class without `logits_to_keep`: every position, then cut
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, first:]
+    else:
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    logits = logits[:, :-1].float()
     lp = torch.gather(logits.log_softmax(-1), 2, ids[:, first + 1 :].unsqueeze(-1)).squeeze(-1)
     return torch.nn.functional.pad(lp, (first, 0)) if first > 0 else lp
 

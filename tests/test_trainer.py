@@ -146,3 +146,21 @@ def test_logprobs_from_a_first_position_match_the_full_pass(tiny_model):
         cut = token_logprobs(model, ids, mask, first=12)
     assert cut.shape == full.shape and torch.equal(cut[:, :12], torch.zeros(2, 12))
     torch.testing.assert_close(cut[:, 12:], full[:, 12:], rtol=1e-5, atol=1e-5)
+
+
+def test_logprobs_from_a_first_position_without_logits_to_keep(tiny_model):
+    """A model class that does not take `logits_to_keep` gets the full pass, cut."""
+    from transformers import AutoModelForCausalLM
+
+    from policy.logprobs import pad_batch, token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+
+    def older(input_ids, attention_mask):  # the signature of a model from before the argument
+        return model(input_ids=input_ids, attention_mask=attention_mask)
+
+    ids, mask = pad_batch([list(range(5, 40)), list(range(100, 120))])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            token_logprobs(older, ids, mask, first=12), token_logprobs(model, ids, mask, first=12)
+        )
