@@ -161,6 +161,17 @@ def _watch_for_stop(heard: socket.socket, log_fd: int, terminal, unwound: thread
     os._exit(130)
 
 
+def _drain_prefect(timeout: float) -> None:
+    """Send Prefect's queued logs and events while its ephemeral server still answers: left
+    for exit, they were retried against the stopped server ("Error logging to API" on the
+    terminal after the summary, and up to a minute's wait)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=timeout)
+    EventsWorker.drain_all(timeout=timeout)
+
+
 @contextlib.contextmanager
 def run_console(log_path: Path, verbose: bool = False):
     """Yields the text stream the live display writes to (the terminal)."""
@@ -203,6 +214,7 @@ def run_console(log_path: Path, verbose: bool = False):
     finally:
         if server is not None:  # now, so its goodbye goes to the log, not after the summary
             with contextlib.suppress(Exception):
+                _drain_prefect(timeout=2)
                 server.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
