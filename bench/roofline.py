@@ -15,7 +15,6 @@ Prints each step's time, achieved FLOP/s and its ratio to the roofline.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -38,17 +37,12 @@ def matmul_flops(m: int, k: int, n: int, repeats: int = 5) -> float:
 
 def main() -> None:
     import flywheel  # noqa: F401  (offline defaults)
-    from bench.update import make_batch
+    from bench.update import batch_arguments, make_batch
     from flywheel.config import TrainerConfig
     from flywheel.model_prep import resolve_model
     from policy.trainer import GRPOTrainer
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model", nargs="?")
-    ap.add_argument("--samples", type=int, default=16)
-    ap.add_argument("--prompt", type=int, default=150)
-    ap.add_argument("--completion", type=int, default=100)
-    ap.add_argument("--steps", type=int, default=2)
+    ap = batch_arguments(steps=2)
     args = ap.parse_args()
 
     model = resolve_model(args.model)

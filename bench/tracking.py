@@ -76,7 +76,7 @@ def per_cycle(backends: list[str], root: Path, uri: str = "") -> tuple[float, fl
     times = []
     for cycle in range(CYCLES):
         t0 = time.perf_counter()
-        tracker.cycle(summary(cycle), con, curve)
+        tracker.cycle(summary(cycle), lambda: con, curve)
         tracker.evaluation(Result(0.3, cycle))
         times.append(time.perf_counter() - t0)
     tracker.close()

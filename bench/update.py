@@ -31,6 +31,17 @@ def make_batch(vocab: int, samples: int, prompt: int, completion: int):
     return batch
 
 
+def batch_arguments(steps: int) -> argparse.ArgumentParser:
+    """The model and the synthetic batch's shape, shared with bench/roofline.py."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=150)
+    ap.add_argument("--completion", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=steps)
+    return ap
+
+
 class PlainTorchStep:
     """The same loss and micro-batching on an unwrapped model with torch's AdamW."""
 
@@ -73,12 +84,7 @@ def main() -> None:
     from flywheel.model_prep import resolve_model
     from policy.trainer import GRPOTrainer
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model", nargs="?")
-    ap.add_argument("--samples", type=int, default=16)
-    ap.add_argument("--prompt", type=int, default=150)
-    ap.add_argument("--completion", type=int, default=100)
-    ap.add_argument("--steps", type=int, default=3)
+    ap = batch_arguments(steps=3)
     ap.add_argument("--budgets", default="", help="comma-separated micro_batch_tokens to time as well")
     args = ap.parse_args()
     model = resolve_model(args.model)

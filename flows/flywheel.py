@@ -138,7 +138,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
             logger.info("cycle %d: %s", cycle, json.dumps(summary.model_dump(exclude={"by_domain_level"})))
             reporter().print(summary.line())
             publish_cycle(rt, summary)
-            tracker.cycle(summary, connect(rt.lake, rt.run_id), rt.run_dir / "reward_curve.png")
+            tracker.cycle(summary, lambda: connect(rt.lake, rt.run_id), rt.run_dir / "reward_curve.png")
             if every and (cycle + 1) % every == 0 and evaluate_now():
                 logger.info(
                     "early stop: %d evaluations without a new best (eval.patience)", config.eval.patience

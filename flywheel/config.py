@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from flywheel.config_production import IngestConfig, JudgeConfig, WorkloadConfig
+from flywheel.config_training import PipelineConfig, TrainerConfig
 from flywheel.tracking import TrackingConfig
 
 
@@ -263,43 +264,6 @@ class ReplayConfig(BaseModel):
         description="Which failures come first when more are queued than the sampler takes "
         "(near_miss: closest to solved, whose groups most often still vary).",
     )
-
-
-class TrainerConfig(BaseModel):
-    learning_rate: float = Field(
-        2e-5, description="The recipes' rate for the 135M default (1e-6 barely moved it)."
-    )
-    weight_decay: float = 0.0
-    clip_eps_low: float = 0.2
-    clip_eps_high: float = Field(0.28, description="DAPO's clip-higher.")
-    loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
-    kl_coef: float = Field(0.0, ge=0, description="KL penalty to the starting policy (k3 estimator).")
-    micro_batch_tokens: int = Field(
-        2048, ge=1, description="Padded tokens per micro-batch; gradients accumulate over them."
-    )
-    ds_config: str | None = Field(
-        None, description="A DeepSpeed JSON config (default: policy/ds_zero3.json)."
-    )
-    max_grad_norm: float = 1.0
-    drop_zero_variance_groups: bool = Field(
-        True, description="Groups whose rewards are all equal carry no GRPO signal."
-    )
-    bf16: bool | None = Field(None, description="Empty: bf16 where the GPU supports it, fp32 on CPU.")
-    save_checkpoints: bool = True
-    off_policy_correction: Literal["truncated_is", "none"] = Field(
-        "truncated_is",
-        description="Samples from an older policy (pipeline.max_policy_lag > 0): clip against the "
-        "current policy and weight by min(pi_current / pi_behaviour, is_cap).",
-    )
-    is_cap: float = Field(2.0, gt=0, description="Truncation of the importance weight of off-policy tokens.")
-
-
-class PipelineConfig(BaseModel):
-    max_policy_lag: int = Field(
-        0, ge=0, le=4,
-        description="0: synchronous (rollouts wait for each update). N > 0: the rollouts of the next "
-        "cycle run while the update trains, on a policy at most N updates behind.",
-    )  # fmt: skip
 
 
 class FanoutConfig(BaseModel):

@@ -302,10 +302,11 @@ class Tracker:
             b.call(method, *args)
         self.seconds += time.monotonic() - t0
 
-    def cycle(self, summary, con, curve: Path | None = None) -> None:
-        """The cycle's summary and update, sample completions read through `con` (the
-        run's DuckDB connection), and the reward curve image."""
-        samples = sample_completions(con, summary.cycle, self.samples_per_cycle) if self.backends else []
+    def cycle(self, summary, connect, curve: Path | None = None) -> None:
+        """The cycle's summary and update, sample completions read through `connect()` (the
+        run's DuckDB connection, opened only when a backend takes them), and the reward curve."""
+        wanted = self.backends and self.samples_per_cycle
+        samples = sample_completions(connect(), summary.cycle, self.samples_per_cycle) if wanted else []
         values = {"mean_reward": summary.mean_reward, "pass_rate": summary.pass_rate, "tasks": summary.tasks,
                   "trajectories": summary.trajectories, "replayed_tasks": summary.replayed_tasks,
                   "queued_for_replay": summary.queued_for_replay, "policy_version": summary.policy_version}  # fmt: skip

@@ -65,7 +65,7 @@ def test_mistral_calls_v3_and_v11():
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))
-def test_render_parses_back_and_other_formats_find_no_call(name):
+def test_render_parses_back_and_other_formats_never_crash_on_it(name):
     calls = [
         {"name": "write_file", "arguments": {"path": "x.py", "content": 'print("a;b")'}},
         {"name": "submit"},

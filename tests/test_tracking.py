@@ -65,8 +65,8 @@ def test_local_default_and_tensorboard_read_back(tmp_path, monkeypatch):
         run_id="t", runs_dir=str(tmp_path), tracking={"backends": ["mlflow", "tensorboard"]}
     )
     tracker = Tracker.from_config(config)
-    tracker.cycle(summary(0, 0.25), con())
-    tracker.cycle(summary(1, 0.5), con())
+    tracker.cycle(summary(0, 0.25), con)
+    tracker.cycle(summary(1, 0.5), con)
     tracker.close()
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -96,7 +96,7 @@ def test_local_default_and_tensorboard_read_back(tmp_path, monkeypatch):
 
     # a resumed run logs into the MLflow run it started
     again = Tracker.from_config(config)
-    again.cycle(summary(2, 0.75), con())
+    again.cycle(summary(2, 0.75), con)
     again.close()
     assert len(client.search_runs([run.info.experiment_id])) == 1
     assert len(client.get_metric_history(run.info.run_id, "pass_rate")) == 3
@@ -111,15 +111,15 @@ def test_a_server_that_is_down_never_stops_a_cycle_and_gets_the_buffered_calls_l
     uri = f"http://127.0.0.1:{port}"
     config = FlywheelConfig(run_id="late", runs_dir=str(tmp_path), tracking={"mlflow_uri": uri})
     tracker = Tracker.from_config(config)  # nothing listens there yet
-    tracker.cycle(summary(0, 0.25), con())
-    tracker.cycle(summary(1, 0.5), con())
+    tracker.cycle(summary(0, 0.25), con)
+    tracker.cycle(summary(1, 0.5), con)
     warnings = [r for r in caplog.records if "tracking: mlflow failed" in r.getMessage()]
     assert len(warnings) == 1  # warned once, not per call
     assert len(tracker.backends[0].pending) == 1 + 2 * 3  # the start, then per cycle: metrics, update, table
 
     proc = start_mlflow_server(port, tmp_path / "server")
     try:
-        tracker.cycle(summary(2, 0.75), con())
+        tracker.cycle(summary(2, 0.75), con)
         tracker.close()
         assert tracker.backends[0].pending == []
         client = MlflowClient(uri)
@@ -190,8 +190,8 @@ def wandb_records(path):
 def test_wandb_offline_run_reads_back(tmp_path):
     config = FlywheelConfig(run_id="wb", runs_dir=str(tmp_path), tracking={"backends": ["wandb"]})
     tracker = Tracker.from_config(config)
-    tracker.cycle(summary(0, 0.25), con())
-    tracker.cycle(summary(1, 0.5), con())
+    tracker.cycle(summary(0, 0.25), con)
+    tracker.cycle(summary(1, 0.5), con)
 
     class Eval:
         policy_version, groups = (
