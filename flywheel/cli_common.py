@@ -61,13 +61,14 @@ def preflight(config: FlywheelConfig) -> None:
     from environments.reward_functions import RewardFunctionError, load
     from flywheel.model_prep import ModelError
     from flywheel.runtime import build_domains, check_inputs
+    from policy.lora import LoraTargetError
     from storage.lake import LakeError
 
     try:
         check_inputs(config, say=typer.echo)
         build_domains(config)
         load([(f.name, f.weight) for f in config.reward.functions])
-    except (ModelError, LakeError, DomainError, RewardFunctionError) as exc:
+    except (ModelError, LakeError, DomainError, RewardFunctionError, LoraTargetError) as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2)
 
@@ -102,6 +103,8 @@ def lake_and_store(config):
 def pick_version(store, spec: str) -> int:
     if spec == "best":
         if store.best_version is None:
-            raise typer.BadParameter("no evaluation of this run recorded a best version (eval.every_n_cycles)")
+            raise typer.BadParameter(
+                "no evaluation of this run recorded a best version (eval.every_n_cycles)"
+            )
         return store.best_version
     return store.version if spec == "current" else int(spec.lstrip("v"))

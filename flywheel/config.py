@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -350,6 +350,13 @@ class FlywheelConfig(BaseModel):
             return cls.model_validate(yaml.safe_load(f) or {})
 
 
+def _section_model(model, name: str):
+    """The pydantic model of section `name` of `model` (also when it is optional)."""
+    field = getattr(model, "model_fields", {}).get(name)
+    kinds = get_args(field.annotation) or (field.annotation,) if field else ()
+    return next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+
+
 def apply_overrides(config: FlywheelConfig, overrides: list[str]) -> FlywheelConfig:
     """Apply `a.b.c=value` overrides (values parsed as YAML) and re-validate."""
     data = config.model_dump()
@@ -357,12 +364,15 @@ def apply_overrides(config: FlywheelConfig, overrides: list[str]) -> FlywheelCon
         key, sep, raw = item.partition("=")
         if not sep:
             raise ValueError(f"override {item!r} is not of the form key=value")
-        node = data
+        node, model = data, FlywheelConfig
         *parents, leaf = key.split(".")
         for part in parents:
+            section = _section_model(model, part)
+            if part in node and node[part] is None and section:  # an optional section, off:
+                node[part] = section().model_dump()  # turned on (`--set trainer.lora.r=8`)
             if not isinstance(node.get(part), dict):
                 raise ValueError(f"override {item!r}: no config section {part!r}")
-            node = node[part]
+            node, model = node[part], section
         if leaf not in node:
             raise ValueError(f"override {item!r}: unknown key {leaf!r}")
         node[leaf] = yaml.safe_load(raw)

@@ -10,6 +10,24 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 
+class LoraConfig(BaseModel):
+    """LoRA adapters (PEFT) instead of full fine-tuning; policy/lora.py."""
+
+    r: int = Field(16, ge=1, description="The adapters' rank.")
+    alpha: float = Field(32.0, gt=0, description="Scaling: the update is alpha / r * B @ A.")
+    dropout: float = Field(
+        0.0, ge=0, lt=1,
+        description="On the adapters' input. Above 0 the trainer's logprobs are noisy against the "
+        "engine's, so GRPO's ratio is not 1 on fresh samples.",
+    )  # fmt: skip
+    target_modules: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        description="Module names (or their last dotted parts) to adapt; ['all-linear'] for every "
+        "linear layer but the output head. A name that matches nothing stops the run at start-up.",
+    )
+
+
 class TrainerConfig(BaseModel):
     learning_rate: float = Field(
         2e-5, description="The recipes' rate for the 135M default (1e-6 barely moved it)."
@@ -37,6 +55,11 @@ class TrainerConfig(BaseModel):
         "current policy and weight by min(pi_current / pi_behaviour, is_cap).",
     )
     is_cap: float = Field(2.0, gt=0, description="Truncation of the importance weight of off-policy tokens.")
+    lora: LoraConfig | None = Field(
+        None,
+        description="Train LoRA adapters, not every weight (give a learning rate about 10x the full one); "
+        "the engine gets them merged, the export holds both.",
+    )
 
 
 class PipelineConfig(BaseModel):

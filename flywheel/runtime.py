@@ -34,9 +34,14 @@ log = logging.getLogger("flywheel")
 
 
 def check_inputs(config: FlywheelConfig, say=log.info) -> tuple[str, Lake]:
-    """The cheap checks, in seconds: the model dir exists (or the default is converted)
-    and the lake is reachable. Raises ModelError or LakeError naming what is wrong."""
+    """The cheap checks, in seconds: the model dir exists (or the default is converted),
+    LoRA's target modules are in it, and the lake is reachable. Raises ModelError,
+    LoraTargetError or LakeError naming what is wrong."""
     model_dir = resolve_model(config.model.path, config.model.cache_dir, log=say)
+    if config.trainer.lora is not None:
+        from policy.lora import check_targets
+
+        check_targets(model_dir, config.trainer.lora)
     return model_dir, Lake(config.lake_uri, config.store.endpoint, config.store.region)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from policy import lora
 from policy.grpo import clipped_pg_loss, decoupled_importance, nll_loss, token_weights
 from policy.logprobs import pad_batch, token_logprobs
 
@@ -158,7 +159,11 @@ class GRPOTrainer:
                        if f.is_file() and not f.name.endswith(WEIGHT_FILES)}  # fmt: skip
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         model.config.use_cache = False
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        if cfg.lora is not None:  # only the adapters train; the frozen weights are model_dir's
+            lora.check_targets(model_dir, cfg.lora)
+            model = lora.wrap(model, cfg.lora)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.ds_config = ds_config or self.default_ds_config(cfg)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
         self.reference = None
@@ -260,19 +265,26 @@ class GRPOTrainer:
         return [lps[i, p - 1 : len(s) - 1].tolist() for i, (s, p) in enumerate(zip(sequences, prompt_lens))]
 
     def export(self, out_dir: str | Path) -> str:
-        """Gather the ZeRO-3 shards into a plain HF safetensors dir (with the tokenizer)."""
+        """Gather the ZeRO-3 shards into a plain HF safetensors dir (with the tokenizer).
+        With LoRA the weights have the adapter merged in, and `adapter/` holds it alone."""
         import deepspeed
 
         out_dir = Path(out_dir)
         module = self.engine.module
         with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
             state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-        if getattr(module.config, "tie_word_embeddings", False):
+            peft_state = None
+            if self.cfg.lora is not None:
+                peft_state, state = state, lora.merged_state(module, state)
+        plain = module.get_base_model() if peft_state is not None else module
+        if getattr(plain.config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)  # the clones are no longer shared: keep one copy
         if int(os.environ.get("RANK", "0")) == 0:
             tmp = out_dir.with_name(out_dir.name + ".partial")
             shutil.rmtree(tmp, ignore_errors=True)
-            module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+            plain.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+            if peft_state is not None:
+                module.save_pretrained(tmp / lora.ADAPTER_DIR, state_dict=peft_state, safe_serialization=True)
             for name, data in self.assets.items():  # tokenizer, chat template, generation config
                 if not (tmp / name).exists():
                     (tmp / name).write_bytes(data)
