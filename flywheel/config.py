@@ -341,6 +341,12 @@ class FlywheelConfig(BaseModel):
         return Path(self.runs_dir).absolute() / self.run_id
 
     @property
+    def engine_mismatch(self) -> bool:
+        """Whether the trainer corrects every sample for the engine's numerics."""
+        explicit = self.trainer.correct_engine_mismatch
+        return explicit if explicit is not None else self.engine.dtype != "float32"
+
+    @property
     def lake_uri(self) -> str:
         return self.store.uri or str(self.run_dir / "lake")
 

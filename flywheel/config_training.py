@@ -55,6 +55,12 @@ class TrainerConfig(BaseModel):
         "current policy and weight by min(pi_current / pi_behaviour, is_cap).",
     )
     is_cap: float = Field(2.0, gt=0, description="Truncation of the importance weight of off-policy tokens.")
+    correct_engine_mismatch: bool | None = Field(
+        None,
+        description="Apply off_policy_correction to every sample, not only stale ones: the engine's "
+        "logprobs come from other numerics than the trainer's (bf16 rollouts beside an fp32 trainer), "
+        "so they are a behaviour policy's. Empty: on when engine.dtype is not float32.",
+    )
     lora: LoraConfig | None = Field(
         None,
         description="Train LoRA adapters, not every weight (give a learning rate about 10x the full one); "

@@ -13,7 +13,12 @@ same whatever the budget or the number of ranks (tests/test_trainer.py checks it
 The optimizer is a client `torch.optim.AdamW`, so no DeepSpeed op has to compile.
 Weights leave the trainer as a plain HF safetensors dir (`export`), which both the
 engine and a later run load; DeepSpeed checkpoints (with optimizer state) make a killed
-run resume exactly.
+run resume exactly. With `cfg.lora` only PEFT adapters train (policy/lora.py); the export
+merges them into the weights and holds them alone too.
+
+Samples whose old logprobs are not the trainer's own (an older policy's, or an engine's
+with other numerics, e.g. bf16 rollouts) are clipped against the trainer's current
+logprobs and weighted by the truncated importance ratio (policy/grpo.py).
 """
 
 from __future__ import annotations
@@ -43,6 +48,13 @@ class TrainSample:
     old_logprobs: list[float]
     advantage: float
     policy_lag: int = 0  # updates between the policy that sampled it and the trainer's
+    # sampled with other numerics than the trainer's (bf16 rollouts): its old logprobs are
+    # a behaviour policy's, corrected like a stale sample's
+    engine_mismatch: bool = False
+
+    @property
+    def behaviour_differs(self) -> bool:
+        return self.policy_lag > 0 or self.engine_mismatch
 
 
 def model_tokens(sample: TrainSample) -> int:
@@ -222,8 +234,8 @@ class GRPOTrainer:
                         ref_lp = token_logprobs(self.reference, ids, mask, first)
                 adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
                 is_w = None
-                if cfg.off_policy_correction == "truncated_is" and any(s.policy_lag for s in chunk):
-                    stale = torch.tensor([s.policy_lag > 0 for s in chunk], device=new_lp.device)
+                if cfg.off_policy_correction == "truncated_is" and any(s.behaviour_differs for s in chunk):
+                    stale = torch.tensor([s.behaviour_differs for s in chunk], device=new_lp.device)
                     old_lp, is_w = decoupled_importance(new_lp, old_lp, stale, cfg.is_cap)
                 loss, stats = clipped_pg_loss(
                     new_lp,
@@ -255,6 +267,7 @@ class GRPOTrainer:
             seen = [st[key] for st in stats_seen if key in st]
             metrics[key] = sum(seen) / len(seen)
         metrics["off_policy_samples"] = sum(1 for s in samples if s.policy_lag > 0)
+        metrics["engine_mismatch_samples"] = sum(1 for s in samples if s.engine_mismatch)
         return metrics
 
     @torch.no_grad()

@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     config = FlywheelConfig.from_yaml(args.config) if args.config else FlywheelConfig()
     lake = Lake(args.lake, args.endpoint)
-    samples, stats = cycle_batch(lake, args.run_id, args.cycle, config.trainer.drop_zero_variance_groups)
+    samples, stats = cycle_batch(
+        lake, args.run_id, args.cycle, config.trainer.drop_zero_variance_groups, None, config.engine_mismatch
+    )
     if not samples:
         raise SystemExit("no trajectory with a learning signal in this cycle")
     trainer = GRPOTrainer(args.model, config.trainer)

@@ -26,17 +26,26 @@ from policy.trainer import TrainSample
 
 
 def cycle_batch(
-    lake, run_id: str, cycle: int, drop_zero_variance: bool, trainer_version: int | None = None
+    lake,
+    run_id: str,
+    cycle: int,
+    drop_zero_variance: bool,
+    trainer_version: int | None = None,
+    engine_mismatch: bool = False,
 ) -> tuple[list[TrainSample], dict]:
     """A committed cycle's trajectories as a training batch. Not filtered by split on
     purpose: a cycle holds train tasks only, and an eval row there must stop the update."""
-    return build_batch(lake.trajectories(run_id, cycles=[cycle]), drop_zero_variance, trainer_version)
+    table = lake.trajectories(run_id, cycles=[cycle])
+    return build_batch(table, drop_zero_variance, trainer_version, engine_mismatch)
 
 
-def build_batch(table, drop_zero_variance: bool, trainer_version: int | None = None) -> tuple[list[TrainSample], dict]:
+def build_batch(
+    table, drop_zero_variance: bool, trainer_version: int | None = None, engine_mismatch: bool = False
+) -> tuple[list[TrainSample], dict]:
     """Trajectories -> train samples with group-normalised advantages. A sample's policy
     lag is the trainer's version minus the version that generated it (when the trainer's
-    version is known), else the lag recorded at generation."""
+    version is known), else the lag recorded at generation. `engine_mismatch`: the
+    engine's numerics differ from the trainer's (FlywheelConfig.engine_mismatch)."""
     splits = set(table.column("split").to_pylist())
     if splits - {"train"}:
         raise ValueError(f"the update read non-train trajectories (splits {sorted(splits)}): refusing")
@@ -48,7 +57,11 @@ def build_batch(table, drop_zero_variance: bool, trainer_version: int | None = N
     groups = [r["group_id"] for r in rows]
     adv = group_advantages(rewards, groups)
     flat = zero_variance_groups(rewards, groups)
-    keep = [i for i, r in enumerate(rows) if r["completion_token_ids"] and not (drop_zero_variance and r["group_id"] in flat)]
+    keep = [
+        i
+        for i, r in enumerate(rows)
+        if r["completion_token_ids"] and not (drop_zero_variance and r["group_id"] in flat)
+    ]
 
     def lag(row) -> int:
         if trainer_version is not None:
@@ -57,8 +70,12 @@ def build_batch(table, drop_zero_variance: bool, trainer_version: int | None = N
 
     samples = [
         TrainSample(
-            rows[i]["prompt_token_ids"], rows[i]["completion_token_ids"], rows[i]["completion_logprobs"], adv[i],
+            rows[i]["prompt_token_ids"],
+            rows[i]["completion_token_ids"],
+            rows[i]["completion_logprobs"],
+            adv[i],
             lag(rows[i]),
+            engine_mismatch,
         )
         for i in keep
     ]
@@ -74,7 +91,9 @@ def update(rt, cycle: int) -> dict:
     cfg = rt.config.trainer
     t_start = time.monotonic()
     trainer = rt.trainer
-    samples, stats = cycle_batch(rt.lake, rt.run_id, cycle, cfg.drop_zero_variance_groups, rt.policy_version)
+    samples, stats = cycle_batch(
+        rt.lake, rt.run_id, cycle, cfg.drop_zero_variance_groups, rt.policy_version, rt.config.engine_mismatch
+    )
     if not samples:  # nothing to learn from; record it so a resume does not retry
         rt.record_update(cycle, rt.policy_version, None)
         return {**stats, "skipped": "every group had equal rewards", "update_s": time.monotonic() - t_start}

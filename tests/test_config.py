@@ -10,7 +10,9 @@ def test_defaults_are_the_embedded_cpu_default():
 
 
 def test_overrides_parse_yaml_values():
-    cfg = apply_overrides(FlywheelConfig(), ["trainer.learning_rate=1e-5", "sampler.levels=[1, 2]", "cycles=3"])
+    cfg = apply_overrides(
+        FlywheelConfig(), ["trainer.learning_rate=1e-5", "sampler.levels=[1, 2]", "cycles=3"]
+    )
     assert cfg.trainer.learning_rate == 1e-5 and cfg.sampler.levels == [1, 2] and cfg.cycles == 3
 
 
@@ -42,3 +44,19 @@ def test_process_reward_weights_reach_the_multi_turn_score():
     w = RewardWeights(r.outcome_weight, r.valid_weight, r.progress_weight, r.recovery_weight)
     reward, process = combine(0.0, {"valid": 1.0, "progress": 1.0, "recovery": 0.0}, w)
     assert process == 0.5 and reward == 0.5 / (1.0 + 0.0 + 0.5 + 0.1)
+
+
+def test_bf16_rollouts_turn_the_engine_mismatch_correction_on():
+    from flywheel.config import FlywheelConfig
+
+    assert not FlywheelConfig().engine_mismatch
+    assert FlywheelConfig(engine={"dtype": "bfloat16"}).engine_mismatch
+    off = FlywheelConfig(engine={"dtype": "bfloat16"}, trainer={"correct_engine_mismatch": False})
+    assert not off.engine_mismatch
+
+
+def test_an_override_turns_an_optional_section_on_with_its_defaults():
+    cfg = apply_overrides(FlywheelConfig(), ["trainer.lora.r=8"])
+    assert cfg.trainer.lora.r == 8 and "q_proj" in cfg.trainer.lora.target_modules
+    with pytest.raises(ValueError, match="unknown key 'rank'"):
+        apply_overrides(FlywheelConfig(), ["trainer.lora.rank=8"])

@@ -120,9 +120,11 @@ def test_stale_samples_are_weighted_by_the_truncated_importance_ratio(tiny_model
     current = trainer.logprobs([prompt + completion], [len(prompt)])[0]
     behaviour = [lp - 3.0 for lp in current]
 
-    def loss(lag, correction="truncated_is", old=behaviour):
+    def loss(lag, correction="truncated_is", old=behaviour, mismatch=False):
         trainer.cfg.off_policy_correction = correction
-        return trainer.step([TrainSample(prompt, completion, old, 1.0, policy_lag=lag)])
+        return trainer.step(
+            [TrainSample(prompt, completion, old, 1.0, policy_lag=lag, engine_mismatch=mismatch)]
+        )
 
     assert loss(0, old=current)["loss"] == pytest.approx(-1.0, abs=1e-4)  # ratio 1
     assert loss(0)["loss"] == pytest.approx(-1.28, abs=1e-4)  # an uncorrected stale sample: clip-higher
@@ -130,6 +132,9 @@ def test_stale_samples_are_weighted_by_the_truncated_importance_ratio(tiny_model
     assert stale["loss"] == pytest.approx(-2.0, abs=1e-4) and stale["is_weight_mean"] == pytest.approx(2.0)
     assert stale["off_policy_samples"] == 1
     assert loss(1, correction="none")["loss"] == pytest.approx(-1.28, abs=1e-4)  # correction off
+    # sampled by an engine with other numerics (bf16 rollouts), not stale: corrected the same way
+    mismatched = loss(0, mismatch=True)
+    assert mismatched["loss"] == pytest.approx(-2.0, abs=1e-4) and mismatched["engine_mismatch_samples"] == 1
 
 
 def test_logprobs_from_a_first_position_match_the_full_pass(tiny_model):
