@@ -2,17 +2,26 @@
 same model and the same batch, one script, alternating (the machine is noisy).
 
     .venv/bin/python bench/update.py [MODEL_DIR] [--samples 16] [--budgets 1024,4096]
+    .venv/bin/python bench/update.py [MODEL_DIR] --lora 16     # LoRA against full fine-tuning
 
 Both run the same GRPO loss with AdamW; the batch is synthetic token ids (the cost of a
 step does not depend on what the tokens say) with prompt and completion lengths spread
 like a default cycle's. Prints seconds per step and the ratio, then the ZeRO-3 step at
 other micro-batch token budgets with their padding fractions.
+
+`--lora R` instead runs the ZeRO-3 trainer twice, full fine-tuning and LoRA of rank R on
+the default target modules, each in a process of its own (peak memory is per process),
+stepping in turn on the same batch; prints each one's step time, trainable parameters and
+peak resident memory after loading and after the steps (gradients and Adam's moments are
+allocated at the first step).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import random
+import resource
 import statistics
 import time
 
@@ -78,6 +87,61 @@ class PlainTorchStep:
         self.opt.step()
 
 
+def _peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+
+
+def _trainer_process(conn, model: str, lora_rank: int) -> None:
+    """One trainer in a child process: builds it, reports, then steps on request."""
+    import flywheel  # noqa: F401
+    from flywheel.config_training import LoraConfig, TrainerConfig
+    from policy.trainer import GRPOTrainer
+
+    lora = LoraConfig(r=lora_rank, alpha=2 * lora_rank) if lora_rank else None
+    trainer = GRPOTrainer(model, TrainerConfig(learning_rate=1e-6, lora=lora))
+    trainable = sum(
+        getattr(p, "ds_numel", p.numel()) for p in trainer.engine.module.parameters() if p.requires_grad
+    )
+    conn.send((trainable, _peak_rss_gib()))
+    batch = conn.recv()
+    while conn.recv() == "step":
+        t0 = time.perf_counter()
+        trainer.step(batch)
+        conn.send(time.perf_counter() - t0)
+    conn.send(_peak_rss_gib())
+
+
+def compare_lora(model: str, batch, rank: int, steps: int) -> None:
+    ctx = mp.get_context("spawn")
+    sides = {"full fine-tuning": 0, f"LoRA r={rank}": rank}
+    pipes, procs, built = {}, [], {}
+    for name, r in sides.items():  # built one after the other: loading is memory-heavy too
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_trainer_process, args=(child, model, r), daemon=True)
+        proc.start()
+        pipes[name] = parent
+        procs.append(proc)
+        built[name] = parent.recv()
+        parent.send(batch)
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(steps + 1):  # the first step of each allocates its optimizer state: not timed
+        for name, conn in pipes.items():
+            conn.send("step")
+            times[name].append(conn.recv())
+    for name, conn in pipes.items():
+        conn.send("stop")
+        trainable, rss_loaded = built[name]
+        rss_end = conn.recv()
+        ts = times[name][1:]
+        print(f"{name:18s} {statistics.median(ts):7.2f} s/step (median of {len(ts)}), "
+              f"{trainable / 1e6:8.2f} M trainable, peak RSS {rss_loaded:5.2f} GiB loaded, "
+              f"{rss_end:5.2f} GiB after steps")  # fmt: skip
+    for proc in procs:
+        proc.join(timeout=30)
+    full, adapted = (statistics.median(times[n][1:]) for n in sides)
+    print(f"ratio LoRA / full step time: {adapted / full:.2f}x")
+
+
 def main() -> None:
     import flywheel  # noqa: F401
     from flywheel.config import TrainerConfig
@@ -86,8 +150,18 @@ def main() -> None:
 
     ap = batch_arguments(steps=3)
     ap.add_argument("--budgets", default="", help="comma-separated micro_batch_tokens to time as well")
+    ap.add_argument("--lora", type=int, default=0, help="compare LoRA of this rank against full fine-tuning")
     args = ap.parse_args()
     model = resolve_model(args.model)
+    if args.lora:
+        from transformers import AutoConfig
+
+        vocab = AutoConfig.from_pretrained(model).vocab_size
+        batch = make_batch(vocab, args.samples, args.prompt, args.completion)
+        print(
+            f"batch: {len(batch)} sequences, {sum(len(s.prompt_ids) + len(s.completion_ids) for s in batch)} tokens"
+        )
+        return compare_lora(model, batch, args.lora, args.steps)
     cfg = TrainerConfig(learning_rate=1e-6)
     plain, zero3 = PlainTorchStep(model, cfg), GRPOTrainer(model, cfg)
     batch = make_batch(plain.model.config.vocab_size, args.samples, args.prompt, args.completion)

@@ -79,7 +79,9 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
     # a prompt with no room to answer is set aside, as in training (the same ones for every
     # version, so comparisons stay paired)
     budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
-    tasks = quarantine_long_prompts(tasks, rt.tokenizer, budget, rt.run_dir / "quarantine" / f"eval-v{version}.jsonl")
+    tasks = quarantine_long_prompts(
+        tasks, rt.tokenizer, budget, rt.run_dir / "quarantine" / f"eval-v{version}.jsonl"
+    )
     modes = [("greedy", cfg.sampling.model_copy(update={"k": 1, "temperature": 0.0}))]
     if k:
         modes.append(("sampled", cfg.sampling.model_copy(update={"k": k})))
@@ -101,6 +103,7 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
         comparisons = eval_report.compare(con, first, con, version, by_group)
     result = EvalResult(run_id=rt.run_id, policy_version=version, rows=cells, groups=groups,
                         vs_base=[{"group": g, **p.as_dict()} for g, p in comparisons],
+                        base_version=first if comparisons else None,
                         k=k, wall_s=round(time.monotonic() - t0, 1))  # fmt: skip
     _report(rt, result, comparisons)
     return result
@@ -158,7 +161,9 @@ def _report(rt, result: EvalResult, comparisons) -> None:
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-        create_table_artifact(result.rows, key=artifact_key("eval", rt.run_id), description="held-out evaluation")
+        create_table_artifact(
+            result.rows, key=artifact_key("eval", rt.run_id), description="held-out evaluation"
+        )
         create_markdown_artifact(text)
     except Exception:  # reporting never stops a flow
         pass

@@ -169,7 +169,7 @@ def eval_line(result) -> str:
         c = change.get(g["group"])
         if c:
             sign = "" if c["resolvable"] else ", not resolvable"
-            text += f" ({100 * c['diff']:+.1f} pts vs v0, CI {100 * c['ci_low']:+.1f} to {100 * c['ci_high']:+.1f}{sign})"
+            text += f" ({100 * c['diff']:+.1f} pts vs v{result.base_version}, CI {100 * c['ci_low']:+.1f} to {100 * c['ci_high']:+.1f}{sign})"
         parts.append(text)
     return f"eval of policy v{result.policy_version} ({result.wall_s:.0f}s): " + "; ".join(parts)
 

@@ -64,7 +64,7 @@ def eval_command(
         reporter.print(f"all columns: {config.run_dir / f'eval-v{result.policy_version}.md'}")
         for c in result.vs_base:
             sign = "" if c["resolvable"] else " (no resolvable difference)"
-            reporter.print(f"{c['group']} vs v0: {100 * c['diff']:+.1f} points, 95% CI {100 * c['ci_low']:+.1f} to "
+            reporter.print(f"{c['group']} vs v{result.base_version}: {100 * c['diff']:+.1f} points, 95% CI {100 * c['ci_low']:+.1f} to "
                            f"{100 * c['ci_high']:+.1f}, n={c['n']}{sign}")  # fmt: skip
 
 

@@ -37,9 +37,14 @@ class CycleSummary(BaseModel):
 class EvalResult(BaseModel):
     run_id: str
     policy_version: int
-    rows: list[dict]  # per cell: domain, level, n, solved, pass@1, ci_low, ci_high, [pass@k], mean_reward, ...
+    rows: list[
+        dict
+    ]  # per cell: domain, level, n, solved, pass@1, ci_low, ci_high, [pass@k], mean_reward, ...
     groups: list[dict] = []  # per group (held-out, each suite): n, solved, pass@1, ci_low, ci_high
-    vs_base: list[dict] = []  # per group, this version minus v0 on the same tasks: diff, ci_low, ci_high, resolvable
+    # per group, this version minus `base_version` (the run's first evaluated one: v0, or v1
+    # after a cold start) on the same tasks: diff, ci_low, ci_high, resolvable
+    vs_base: list[dict] = []
+    base_version: int | None = None
     k: int = 0
     wall_s: float = 0.0
 

@@ -51,3 +51,23 @@ def test_cells_of_one_task_are_pooled_not_frozen():
     b = {**a, "t0": 1}
     p = paired(a, b, cells={f"t{i}": f"cell{i}" for i in range(51)})
     assert p.low == 0.0 < p.high and p.low <= p.diff <= p.high
+
+
+def test_the_run_line_names_the_version_it_compares_against():
+    """After a cold start the run's first evaluated version is v1, not v0 (the line said v0)."""
+    from flows.flywheel import eval_line
+    from flywheel.results import EvalResult
+
+    group = {"group": "held-out", "n": 96, "pass@1": 0.49, "ci_low": 0.39, "ci_high": 0.59}
+    change = {
+        "group": "held-out",
+        "diff": 0.042,
+        "ci_low": 0.01,
+        "ci_high": 0.083,
+        "resolvable": True,
+        "n": 96,
+    }
+    result = EvalResult(
+        run_id="r", policy_version=5, rows=[], groups=[group], vs_base=[change], base_version=1
+    )
+    assert "(+4.2 pts vs v1, CI +1.0 to +8.3)" in eval_line(result)
