@@ -111,8 +111,18 @@ class Lake:
         self._write_bytes(path, sink.getvalue().to_pybytes())
 
     def _delete_dir(self, path: str) -> None:
-        if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+        if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return
+        try:
             self.fs.delete_dir(path)
+        except FileNotFoundError:
+            # SeaweedFS, restarted in the middle of a write, can list a dir that its
+            # recursive delete then calls missing (CI: every retry of a cycle's commit
+            # failed on it). What matters is that no file is left under it.
+            selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+            for info in self.fs.get_file_info(selector):
+                if info.type == pafs.FileType.File:
+                    self.fs.delete_file(info.path)
 
     # ---- cycles ------------------------------------------------------------------------
     def is_committed(self, run_id: str, cycle: int) -> bool:
@@ -129,7 +139,9 @@ class Lake:
 
     def commit_cycle(self, run_id: str, cycle: int, tasks: list[TaskSpec], trajectories: list) -> dict:
         """Write a cycle's tasks and trajectories, then its marker. Re-running replaces."""
-        return self.commit_tables(run_id, cycle, to_table(tasks, TASK_SCHEMA), to_table(trajectories, TRAJECTORY_SCHEMA))
+        return self.commit_tables(
+            run_id, cycle, to_table(tasks, TASK_SCHEMA), to_table(trajectories, TRAJECTORY_SCHEMA)
+        )
 
     def commit_tables(self, run_id: str, cycle: int, tasks: pa.Table, trajectories: pa.Table) -> dict:
         """`commit_cycle` for Arrow tables already in the current schema. A training cycle
@@ -154,7 +166,10 @@ class Lake:
         domains = trajectories.column("domain")
         for domain in sorted(pc.unique(domains).to_pylist()):
             part = trajectories.filter(pc.equal(domains, domain))
-            path = self._cycle_dir("trajectories", run_id, cycle) + f"/domain={quote(domain, safe='')}/part-0.parquet"
+            path = (
+                self._cycle_dir("trajectories", run_id, cycle)
+                + f"/domain={quote(domain, safe='')}/part-0.parquet"
+            )
             self._write_table(path, part)
             files[path] = part.num_rows
         marker = {
@@ -221,7 +236,9 @@ class Lake:
         return data
 
     # ---- readers -------------------------------------------------------------------------
-    def _committed_files(self, kind: str, run_id: str | None, cycles: list[int] | None) -> tuple[list[str], bool]:
+    def _committed_files(
+        self, kind: str, run_id: str | None, cycles: list[int] | None
+    ) -> tuple[list[str], bool]:
         """The files that hold `kind` for the committed cycles asked for, and whether
         they may also hold other cycles (compacted files), so the caller must filter."""
         files, needs_filter = [], False
@@ -243,7 +260,9 @@ class Lake:
         """Live compaction markers of a run, none overlapping: where two overlap (a crash
         between a new compaction's marker and the old one's removal) the wider one wins."""
         selector = pafs.FileSelector(self._path("_compactions", f"run={run_id}"), allow_not_found=True)
-        found = [self._read_json(i.path) for i in self.fs.get_file_info(selector) if i.base_name.endswith(".json")]
+        found = [
+            self._read_json(i.path) for i in self.fs.get_file_info(selector) if i.base_name.endswith(".json")
+        ]
         chosen: list[dict] = []
         for comp in sorted(found, key=lambda m: (-len(m["cycles"]), m["cycles"][0])):
             if not any(set(comp["cycles"]) & set(c["cycles"]) for c in chosen):
@@ -315,12 +334,16 @@ class Lake:
 
     # ---- evaluations (one whole file each: written atomically, no marker needed) ------------
     def write_evaluation(self, run_id: str, policy_version: int, mode: str, trajectories: list) -> str:
-        path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet")
+        path = self._path(
+            "evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet"
+        )
         self._write_table(path, to_table(trajectories, TRAJECTORY_SCHEMA))
         return path
 
     def evaluations(self, run_id: str, policy_version: int, mode: str) -> pa.Table:
-        path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet")
+        path = self._path(
+            "evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet"
+        )
         with self.fs.open_input_file(path) as f:
             return pq.read_table(f)
 
@@ -338,7 +361,9 @@ class Lake:
 
     def has_evaluation(self, run_id: str, policy_version: int, mode: str, rows: int | None = None) -> bool:
         """Whether that evaluation is written (with `rows` rows, when given: the same tasks)."""
-        path = self._path("evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet")
+        path = self._path(
+            "evaluations", f"run={run_id}", f"policy=v{policy_version}", f"mode={mode}", "part-0.parquet"
+        )
         if self.fs.get_file_info(path).type != pafs.FileType.File:
             return False
         if rows is None:
@@ -348,7 +373,9 @@ class Lake:
 
     def evaluation_files(self, run_id: str) -> list[tuple[str, str]]:
         """(path, mode) of every evaluation file of a run."""
-        selector = pafs.FileSelector(self._path("evaluations", f"run={run_id}"), recursive=True, allow_not_found=True)
+        selector = pafs.FileSelector(
+            self._path("evaluations", f"run={run_id}"), recursive=True, allow_not_found=True
+        )
         out = []
         for info in self.fs.get_file_info(selector):
             if info.type == pafs.FileType.File and info.base_name == "part-0.parquet":

@@ -34,7 +34,12 @@ def make_trajectories(run_id, cycle, tasks, rewards_by_task, k=2):
 def check_commit_and_replay(lake: Lake):
     run = "r1"
     tasks = env.make_tasks("train", 1, 0, 4)
-    rewards = {tasks[0].task_id: [1, 1], tasks[1].task_id: [0, 0.5], tasks[2].task_id: [0, 0], tasks[3].task_id: [1, 0]}
+    rewards = {
+        tasks[0].task_id: [1, 1],
+        tasks[1].task_id: [0, 0.5],
+        tasks[2].task_id: [0, 0],
+        tasks[3].task_id: [1, 0],
+    }
     trajs = make_trajectories(run, 0, tasks, rewards)
     assert lake.committed_cycles(run) == []
     lake.commit_cycle(run, 0, tasks, trajs)
@@ -118,7 +123,9 @@ def test_cli_query_and_report(tmp_path):
 
     lake = Lake(str(tmp_path / "r" / "lake"))
     tasks = env.make_tasks("train", 2, 0, 2)
-    lake.commit_cycle("r", 0, tasks, make_trajectories("r", 0, tasks, {t.task_id: [1.0, 0.25] for t in tasks}))
+    lake.commit_cycle(
+        "r", 0, tasks, make_trajectories("r", 0, tasks, {t.task_id: [1.0, 0.25] for t in tasks})
+    )
     runner = CliRunner()
     res = runner.invoke(app, ["query", "SELECT count(*) AS n, max(reward) AS best FROM trajectories",
                               "--run-id", "r", "--runs-dir", str(tmp_path)])  # fmt: skip
@@ -127,12 +134,20 @@ def test_cli_query_and_report(tmp_path):
     assert res.exit_code == 0 and "0.625" in res.output, res.output  # mean of 1.0 and 0.25
     flat = [tasks[0]]  # a second cycle whose one group scored alike: zero variance 1.0
     lake.commit_cycle("r", 1, flat, make_trajectories("r", 1, flat, {flat[0].task_id: [0.0, 0.0]}))
-    res = runner.invoke(app, ["report", "--store", str(tmp_path / "r" / "lake"), "--by", "domain"], terminal_width=200)
+    res = runner.invoke(
+        app, ["report", "--store", str(tmp_path / "r" / "lake"), "--by", "domain"], terminal_width=200
+    )
     lines = [ln.replace("│", " ").split() for ln in res.output.splitlines() if ln.startswith("│ r ")]
-    assert res.exit_code == 0 and [ln[:3] for ln in lines] == [["r", "0", env.name], ["r", "1", env.name]], res.output
+    assert res.exit_code == 0 and [ln[:3] for ln in lines] == [["r", "0", env.name], ["r", "1", env.name]], (
+        res.output
+    )
     assert lines[0][-2] == "0.0" and lines[1][-2] == "1.0", res.output  # zero_variance per cycle
-    assert runner.invoke(app, ["report", "--store", str(tmp_path / "r" / "lake"), "--by", "nope"]).exit_code == 2
-    res = runner.invoke(app, ["query", "SELECT nope FROM trajectories", "--run-id", "r", "--runs-dir", str(tmp_path)])
+    assert (
+        runner.invoke(app, ["report", "--store", str(tmp_path / "r" / "lake"), "--by", "nope"]).exit_code == 2
+    )
+    res = runner.invoke(
+        app, ["query", "SELECT nope FROM trajectories", "--run-id", "r", "--runs-dir", str(tmp_path)]
+    )
     assert res.exit_code == 2
 
 
@@ -141,10 +156,17 @@ def test_replay_priorities_and_origin(tmp_path):
     t = env.make_tasks("train", 1, 0, 3) + env.make_tasks("train", 3, 0, 1)
     # cycle 0: a near miss (0.75) and a flat failure; cycle 1: two more failures of other levels
     c0 = [dataclasses.replace(x, origin_cycle=0) for x in t[:2]]
-    lake.commit_cycle("r", 0, c0, make_trajectories("r", 0, c0, {t[0].task_id: [0.75, 0.5], t[1].task_id: [0, 0]}))
+    lake.commit_cycle(
+        "r", 0, c0, make_trajectories("r", 0, c0, {t[0].task_id: [0.75, 0.5], t[1].task_id: [0, 0]})
+    )
     c1 = [dataclasses.replace(x, origin_cycle=1) for x in t[2:]]
-    lake.commit_cycle("r", 1, c1, make_trajectories("r", 1, c1, {t[2].task_id: [0.25, 0], t[3].task_id: [0, 0]}))
-    order = {p: [x.task_id for x in select_replay(lake, "r", 1, 1.0, 3, 3, p)] for p in ("recent", "near_miss", "hardest")}
+    lake.commit_cycle(
+        "r", 1, c1, make_trajectories("r", 1, c1, {t[2].task_id: [0.25, 0], t[3].task_id: [0, 0]})
+    )
+    order = {
+        p: [x.task_id for x in select_replay(lake, "r", 1, 1.0, 3, 3, p)]
+        for p in ("recent", "near_miss", "hardest")
+    }
     ids = [x.task_id for x in t]
     assert order["recent"] == [ids[2], ids[3], ids[0], ids[1]]  # newest cycle first, then best
     assert order["near_miss"] == [ids[0], ids[2], ids[3], ids[1]]  # best reward first
@@ -152,12 +174,37 @@ def test_replay_priorities_and_origin(tmp_path):
     queue = select_replay(lake, "r", 1, 1.0, 3, 3)
     assert {x.task_id: x.origin_cycle for x in queue} == {ids[0]: 0, ids[1]: 0, ids[2]: 1, ids[3]: 1}
     # replay.min_best (default 0): near misses only, not tasks no sample earned anything on
-    assert [x.task_id for x in select_replay(lake, "r", 1, 1.0, 3, 3, "near_miss", min_best=0.0)] == [ids[0], ids[2]]
+    assert [x.task_id for x in select_replay(lake, "r", 1, 1.0, 3, 3, "near_miss", min_best=0.0)] == [
+        ids[0],
+        ids[2],
+    ]
     # a replayed task keeps the cycle it first ran in
     lake.commit_cycle("r", 2, queue[:1], make_trajectories("r", 2, queue[:1], {queue[0].task_id: [0, 0]}))
     again = {x.task_id: x for x in select_replay(lake, "r", 2, 1.0, 3, 3)}
-    assert again[queue[0].task_id].origin_cycle == queue[0].origin_cycle and again[queue[0].task_id].replay_count == 2
+    assert (
+        again[queue[0].task_id].origin_cycle == queue[0].origin_cycle
+        and again[queue[0].task_id].replay_count == 2
+    )
     with pytest.raises(ValueError, match="unknown replay priority"):
         select_replay(lake, "r", 1, 1.0, 3, 3, "random")
-    cycles = connect(lake, "r").execute("SELECT cycle, tasks, trajectories, replayed_tasks FROM cycles ORDER BY 1")
+    cycles = connect(lake, "r").execute(
+        "SELECT cycle, tasks, trajectories, replayed_tasks FROM cycles ORDER BY 1"
+    )
     assert cycles.fetchall() == [(0, 2, 4, 0), (1, 2, 4, 0), (2, 1, 2, 1)]
+
+
+def test_a_dir_the_store_lists_but_calls_missing_on_delete_loses_its_files(tmp_path):
+    """SeaweedFS after a restart mid-write listed a cycle dir whose recursive delete then
+    said 'Path does not exist' (CI, tests/test_lake_crash.py): the delete falls back to
+    the files under it. The store's refusal is simulated; the files are real."""
+    lake = Lake(str(tmp_path / "lake"))
+    part = lake._path("trajectories", "run=r", "cycle=0", "domain=code", "part-0.parquet")
+    lake._write_bytes(part, b"partial")
+
+    class PhantomDir(pafs.PyFileSystem):
+        def delete_dir(self, path):
+            raise FileNotFoundError(2, f"Path does not exist '{path}/'")
+
+    lake.fs = PhantomDir(pafs.FSSpecHandler(__import__("fsspec").filesystem("file")))
+    lake._delete_dir(lake._path("trajectories", "run=r", "cycle=0"))
+    assert lake.fs.get_file_info(part).type == pafs.FileType.NotFound
