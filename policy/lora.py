@@ -17,8 +17,10 @@ get subtly wrong.
   other weights).
 
 Not done: loading the adapter into vLLM as a LoRA adapter instead of merging (vLLM's
-`enable_lora`; the merge costs one export, the same as full fine-tuning), QLoRA, and
-PEFT methods other than LoRA.
+`enable_lora`; the merge costs one export, the same as full fine-tuning), QLoRA, PEFT
+methods other than LoRA, and sparing the KL reference's copy of the model (`kl_coef` > 0
+loads one, as with full fine-tuning; PEFT's `disable_adapter` could stand in for it when
+the reference is the adapter's base).
 """
 
 from __future__ import annotations
