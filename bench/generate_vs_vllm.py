@@ -30,19 +30,31 @@ class Parts:
         self.sandbox, self.reward_functions, self.judge = None, [], None
 
 
-def main() -> None:
+def batch_arguments() -> argparse.ArgumentParser:
+    """The model and the default cycle's batch, shared with bench/rollout_dtype.py."""
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default=None)
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
+    return ap
+
+
+def code_tasks(count: int) -> list:
+    """`count` train tasks of the code domain, its levels in turn."""
+    from environments import get_environment
+
+    env = get_environment("code")
+    return [t for level in env.levels for t in env.make_tasks("train", level, 0, count)][:count]
+
+
+def main() -> None:
+    args = batch_arguments().parse_args()
 
     from transformers import AutoTokenizer
     from vllm import SamplingParams, TokensPrompt
 
-    from environments import get_environment
     from environments.registry import Domains
     from flywheel.config import FlywheelConfig
     from flywheel.model_prep import resolve_model
@@ -54,8 +66,7 @@ def main() -> None:
     config = FlywheelConfig(run_id="bench", sampling={"k": args.n, "max_tokens": args.max_tokens})
     model = resolve_model(args.model or config.model.path, config.model.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    env = get_environment("code")
-    tasks = [t for level in env.levels for t in env.make_tasks("train", level, 0, args.tasks)][: args.tasks]
+    tasks = code_tasks(args.tasks)
     engine = VLLMEngine(model, config.engine, config.seed)
     ctx = StageContext(config=config, run_id="bench", cycle=0, label="train", policy_version=0, policy_lag=0,
                        sampling=config.sampling)  # fmt: skip

@@ -26,12 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.generate_vs_vllm, run as a script
+
 
 def child(args) -> None:
-    import flywheel  # noqa: F401  (offline defaults)
     from transformers import AutoTokenizer
 
-    from environments import get_environment
+    import flywheel  # noqa: F401  (offline defaults)
+    from bench.generate_vs_vllm import code_tasks
     from flywheel.config import FlywheelConfig
     from flywheel.model_prep import resolve_model
     from policy.chat import encode_chat
@@ -41,9 +43,7 @@ def child(args) -> None:
     config = FlywheelConfig(engine={"dtype": args.child})
     model = resolve_model(args.model or config.model.path, config.model.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    env = get_environment("code")
-    tasks = [t for level in env.levels for t in env.make_tasks("train", level, 0, args.tasks)][: args.tasks]
-    prompts = [encode_chat(tokenizer, t.prompt) for t in tasks]
+    prompts = [encode_chat(tokenizer, t.prompt) for t in code_tasks(args.tasks)]
     engine = VLLMEngine(model, config.engine, config.seed)
     engine.generate(prompts[:1], SamplingSpec(n=1, max_tokens=8))  # warm-up
     t0 = time.perf_counter()
@@ -70,7 +70,9 @@ def child(args) -> None:
 
 
 def run_child(argv: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, __file__, *argv], capture_output=True, text=True, timeout=1200, check=False
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
         raise RuntimeError(f"child {argv} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -78,12 +80,9 @@ def run_child(argv: list[str]) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model", nargs="?", default=None)
-    ap.add_argument("--tasks", type=int, default=8)
-    ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--rounds", type=int, default=2)
+    from bench.generate_vs_vllm import batch_arguments
+
+    ap = batch_arguments()
     ap.add_argument("--child", choices=["float32", "bfloat16"], help=argparse.SUPPRESS)
     ap.add_argument("--samples-out", help=argparse.SUPPRESS)
     ap.add_argument("--score", help=argparse.SUPPRESS)

@@ -59,21 +59,22 @@ def adaptable_names(model: torch.nn.Module) -> list[str]:
     )
 
 
-def _matches(target: str, module_name: str) -> bool:
-    return module_name == target or module_name.endswith("." + target)
-
-
-def check_targets(model_dir: str, cfg) -> None:
-    """Raise LoraTargetError unless every target module matches a module of the model
-    in `model_dir` (built on the meta device: the config is read, no weights)."""
+def check_targets(model_dir: str, cfg, model: torch.nn.Module | None = None) -> None:
+    """Raise LoraTargetError unless every target module matches a module of `model` (by
+    default the model in `model_dir`, built on the meta device: the config is read, no
+    weights), by PEFT's own matching rule."""
     if cfg.target_modules == ["all-linear"]:
         return
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from peft.tuners.tuners_utils import check_target_module_exists
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    if model is None:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
     names = [name for name, _ in model.named_modules() if name]
-    missing = [t for t in cfg.target_modules if not any(_matches(t, n) for n in names)]
+    one = {t: peft_config(cfg.model_copy(update={"target_modules": [t]})) for t in cfg.target_modules}
+    missing = [t for t, c in one.items() if not any(check_target_module_exists(c, n) for n in names)]
     if missing:
         raise LoraTargetError(
             f"trainer.lora.target_modules {missing} match no module of {model_dir}; its linear and "

@@ -172,7 +172,7 @@ class GRPOTrainer:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         model.config.use_cache = False
         if cfg.lora is not None:  # only the adapters train; the frozen weights are model_dir's
-            lora.check_targets(model_dir, cfg.lora)
+            lora.check_targets(model_dir, cfg.lora, model)
             model = lora.wrap(model, cfg.lora)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
