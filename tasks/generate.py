@@ -7,9 +7,10 @@ Dispatch on the domain's kind, once per task list:
   shows on long lists without starving vLLM, which batches within each call (cutting a
   cycle's 32 sequences into four calls of 8 cost more than half its throughput).
 - "episode" domains (environments/agentic.py): the episode runner (policy/multiturn.py)
-  plays each trajectory turn by turn in its own sandbox workspace, batching every turn's
-  generation across live trajectories, and the domain scores the final workspace before
-  it is released, so these rollouts carry their `episode_score`.
+  plays each trajectory turn by turn in its own sandbox workspace, each turn joining the
+  engine's running batch as soon as it is ready (`sampling.continuous_turns`), and the
+  domain scores the final workspace before it is released, so these rollouts carry their
+  `episode_score`.
 
 Rollouts come out grouped by task in the order of the task list, so a list cut into
 shards (flywheel/fanout.py) and joined back gives the same ids, groups and order as the
@@ -33,7 +34,6 @@ from policy.multiturn import run_episodes
 from storage.schema import TaskSpec, stable_id
 from tasks.context import Parts, StageContext
 from tasks.records import Rollout
-
 
 CALL_SEQUENCES = 256
 
@@ -94,22 +94,15 @@ def sample_replies(
 def play_episodes(
     parts: Parts, ctx: StageContext, tasks: list[TaskSpec], spec: SamplingSpec
 ) -> list[Rollout]:
-    """Multi-turn tasks: k scored episodes each. Tasks go to the runner a wave at a time
-    (as many trajectories as the sandbox pool has workspaces), so progress shows."""
-    out: list[Rollout] = []
-    per_wave = max(1, parts.sandbox.concurrency // spec.n)
+    """Multi-turn tasks: k scored episodes each, from one runner call (so that a free
+    workspace takes the next trajectory at once); progress advances per episode."""
     r = ctx.config.reward
     weights = RewardWeights(r.outcome_weight, r.valid_weight, r.progress_weight, r.recovery_weight)
     with stage("episodes", total=len(tasks) * spec.n) as advance:
-        for start in range(0, len(tasks), per_wave):
-            wave = tasks[start : start + per_wave]
-            t0 = time.monotonic()
-            groups = run_episodes(
-                parts.engine, parts.tokenizer, parts.sandbox, [(t, parts.domains[t.domain], spec.n) for t in wave],
-                max_turns=ctx.sampling.max_turns, max_tokens=ctx.config.engine.max_model_len,
-                sampling=dataclasses.replace(spec, n=1), weights=weights, tool_format=ctx.sampling.tool_format,
-            )  # fmt: skip
-            per_episode = (time.monotonic() - t0) / max(1, len(wave) * spec.n)
-            out += [ep.rollout(per_episode) for group in groups for ep in group]
-            advance(len(wave) * spec.n)
-    return out
+        groups = run_episodes(
+            parts.engine, parts.tokenizer, parts.sandbox, [(t, parts.domains[t.domain], spec.n) for t in tasks],
+            max_turns=ctx.sampling.max_turns, max_tokens=ctx.config.engine.max_model_len,
+            sampling=dataclasses.replace(spec, n=1), weights=weights, tool_format=ctx.sampling.tool_format,
+            continuous=ctx.sampling.continuous_turns, on_episode=lambda ep: advance(1),
+        )  # fmt: skip
+    return [ep.rollout() for group in groups for ep in group]

@@ -5,12 +5,14 @@ helper that plays a list of tool calls straight into a workspace. The sandbox is
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from environments.sandbox import Limits
 from environments.tools import ToolCall, execute, step_record
 from policy.engines.base import Engine, Sample
+from policy.engines.requests import ContinuousBatching, Requests
 
 END = "<|im_end|>"
 
@@ -70,6 +72,53 @@ class ScriptedEngine(Engine):
 
     def prompt_logprobs(self, sequences, prompt_lens):
         raise NotImplementedError("a scripted engine has no weights")
+
+
+class ScriptedContinuousEngine(ScriptedEngine, ContinuousBatching):
+    """The same replies from an engine that batches continuously: each `collect` is one
+    decode step (`step_s` long) in which every request in flight gains a token, and a
+    request ends when its reply is out. `events` logs (step, "submit"|"finish", turn, the
+    turns of the other requests in flight) so that tests can see who waited for whom."""
+
+    def __init__(self, scripts, tokenizer, step_s: float = 0.002):
+        super().__init__(scripts, tokenizer)
+        self.step_s, self.steps, self.events = step_s, 0, []
+
+    def requests(self) -> Requests:
+        return _ScriptedRequests(self)
+
+
+class _ScriptedRequests(Requests):
+    continuous = True
+
+    def __init__(self, engine: ScriptedContinuousEngine):
+        self.engine, self.running = engine, {}  # key -> [sample, tokens left, turn]
+
+    def submit(self, key, prompt, spec):
+        ((sample,),) = self.engine.generate([prompt], spec)
+        turn = self.engine.tok.decode(prompt).count("<|im_start|>assistant") - 1
+        others = sorted(entry[2] for entry in self.running.values())
+        self.running[key] = [sample, len(sample.token_ids), turn]
+        self.engine.events.append((self.engine.steps, "submit", turn, others))
+
+    def collect(self):
+        time.sleep(self.engine.step_s)
+        self.engine.steps += 1
+        done = []
+        for key, entry in list(self.running.items()):
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self.running[key]
+                done.append((key, entry[0]))
+                others = sorted(e[2] for e in self.running.values())
+                self.engine.events.append((self.engine.steps, "finish", entry[2], others))
+        return done
+
+    def pending(self):
+        return len(self.running)
+
+    def close(self):
+        self.running.clear()
 
 
 def play(env, task, box, calls: list[dict]):

@@ -9,11 +9,18 @@ import json
 import math
 
 from environments import get_environment
+from environments.tool_formats import BY_NAME
 from policy.chat import encode_chat
 from policy.engines.base import SamplingSpec
-from environments.tool_formats import BY_NAME
 from policy.multiturn import no_call, run_episodes
-from tests.multiturn_fixtures import END, CharChatTokenizer, ScriptedEngine, box, call_text  # noqa: F401
+from tests.multiturn_fixtures import (  # noqa: F401
+    END,
+    CharChatTokenizer,
+    ScriptedContinuousEngine,
+    ScriptedEngine,
+    box,
+    call_text,
+)
 
 REPAIR, TERMINAL = get_environment("repair"), get_environment("terminal")
 TOK = CharChatTokenizer()
@@ -127,6 +134,28 @@ def test_waves_never_hold_more_workspaces_than_the_pool(box):  # noqa: F811
     assert all(ep.score.reward == 1.0 for g in groups for ep in g)
 
 
+def played(groups):
+    return [[(ep.completion_token_ids, [s["action"] for s in ep.steps], ep.finish_reason, ep.score.reward)
+             for ep in g] for g in groups]  # fmt: skip
+
+
+def test_continuous_turns_play_the_same_episodes_without_waiting(box):  # noqa: F811
+    jobs, scripts = jobs_and_scripts(k=3)  # 6 trajectories, 4 sandbox slots
+    kw = {"max_turns": 10, "max_tokens": 100_000, "sampling": SamplingSpec(max_tokens=4000)}
+    lockstep = run_episodes(ScriptedEngine(scripts, TOK), TOK, box, jobs, continuous=False, **kw)
+    engine, seen = ScriptedContinuousEngine(scripts, TOK), []
+    continuous = run_episodes(engine, TOK, box, jobs, continuous=True, on_episode=seen.append, **kw)
+    assert played(continuous) == played(lockstep)  # same replies, same tokens, same scores
+    assert all(ep.score.reward == 1.0 and ep.seconds > 0 for g in continuous for ep in g)
+    assert sorted(map(id, seen)) == sorted(id(ep) for g in continuous for ep in g)
+    submits = [(turn, others) for _, kind, turn, others in engine.events if kind == "submit"]
+    assert max(len(others) for _, others in submits) <= 3  # never more live than the pool's 4 slots
+    # a next turn went in while another trajectory's earlier turn was still sampling ...
+    assert any(others and min(others) < turn for turn, others in submits)
+    # ... and a trajectory started in a slot freed while the others were still playing
+    assert any(turn == 0 and others and max(others) > 0 for turn, others in submits)
+
+
 def test_invalid_and_missing_calls_are_observations_and_lower_process_reward(box):  # noqa: F811
     task = TERMINAL.make_tasks("train", 1, 2, 1)[0]
     script = ["I think I am done.", "<tool_call>{not json}</tool_call>"] + [
@@ -193,7 +222,7 @@ def test_episode_fields_fit_the_trajectory_schema(box):  # noqa: F811
     cfg = FlywheelConfig(run_id="r")
     ctx = StageContext(config=cfg, run_id="r", cycle=0, label="train", policy_version=0, policy_lag=0,
                        sampling=cfg.sampling)  # fmt: skip
-    rollout = ep.rollout(1.0)
+    rollout = ep.rollout()
     back = to_table([trajectory_record(ctx, rollout, rollout.episode_score)], TRAJECTORY_SCHEMA).to_pylist()[
         0
     ]

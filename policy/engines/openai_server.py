@@ -47,12 +47,14 @@ import base64
 import os
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
 from policy.engines.base import Engine, Sample, SamplingSpec
+from policy.engines.requests import ContinuousBatching, Requests
 
 UPLOAD_CHUNK_BYTES = 16 << 20
 EXTENSION = "policy.engines.vllm_sync.WeightSyncExtension"
@@ -80,7 +82,7 @@ class ServerError(RuntimeError):
         self.status = status
 
 
-class OpenAIServerEngine(Engine):
+class OpenAIServerEngine(Engine, ContinuousBatching):
     name = "openai"
 
     def __init__(self, model_dir: str, cfg, seed: int = 0):
@@ -113,23 +115,31 @@ class OpenAIServerEngine(Engine):
     # ---- the Engine interface -----------------------------------------------------------
     def generate(self, prompts: list[list[int]], spec: SamplingSpec) -> list[list[Sample]]:
         def one(i: int) -> list[Sample]:
-            body = {
-                **NEUTRAL, "prompt": prompts[i], "n": spec.n, "temperature": spec.temperature,
-                "top_p": spec.top_p, "max_tokens": spec.max_tokens, "logprobs": 0,
-                "return_token_ids": True, "return_tokens_as_token_ids": True,
-            }  # fmt: skip
-            if spec.seed is not None and self.per_request_seed:
-                body["seed"] = spec.seed + i * spec.n  # vLLM gives sample j seed + j
-            url = self._url(i)
-            out = self._post(url, "/v1/completions", body)
-            choices = sorted(out["choices"], key=lambda c: c["index"])
-            if len(choices) != spec.n or any(c["prompt_token_ids"] != list(prompts[i]) for c in choices):
-                raise ServerError(
-                    f"{url} answered prompt {i} with other prompt ids or {len(choices)}/{spec.n} samples"
-                )
-            return [self._sample(c) for c in choices]
+            seed = spec.seed + i * spec.n if spec.seed is not None else None  # vLLM gives sample j seed + j
+            return self._complete(i, prompts[i], spec, seed)
 
         return list(self.pool.map(one, range(len(prompts))))
+
+    def requests(self) -> Requests:
+        return _Requests(self)
+
+    def _complete(self, i: int, prompt: list[int], spec: SamplingSpec, seed: int | None) -> list[Sample]:
+        """spec.n samples of `prompt` from server i mod len(base_urls)."""
+        body = {
+            **NEUTRAL, "prompt": prompt, "n": spec.n, "temperature": spec.temperature,
+            "top_p": spec.top_p, "max_tokens": spec.max_tokens, "logprobs": 0,
+            "return_token_ids": True, "return_tokens_as_token_ids": True,
+        }  # fmt: skip
+        if seed is not None and self.per_request_seed:
+            body["seed"] = seed
+        url = self._url(i)
+        out = self._post(url, "/v1/completions", body)
+        choices = sorted(out["choices"], key=lambda c: c["index"])
+        if len(choices) != spec.n or any(c["prompt_token_ids"] != list(prompt) for c in choices):
+            raise ServerError(
+                f"{url} answered prompt {i} with other prompt ids or {len(choices)}/{spec.n} samples"
+            )
+        return [self._sample(c) for c in choices]
 
     def prompt_logprobs(self, sequences: list[list[int]], prompt_lens: list[int]) -> list[list[float]]:
         def one(i: int) -> list[float]:
@@ -271,3 +281,33 @@ def _message(r: httpx.Response) -> str:
         return r.text[:1000]
     error = body.get("error") if isinstance(body, dict) else None
     return str(error.get("message") if isinstance(error, dict) else body)[:1000]
+
+
+class _Requests(Requests):
+    """One HTTP request per turn, in flight on the engine's pool: each server batches
+    them continuously as they arrive. Requests go round the servers; a trajectory's turns
+    may land on different servers (no prefix-cache affinity: not done)."""
+
+    continuous = True
+
+    def __init__(self, engine: OpenAIServerEngine):
+        self.engine, self.futures, self.count = engine, {}, 0
+
+    def submit(self, key, prompt, spec):
+        self.count += 1
+        one = replace(spec, n=1)
+        self.futures[self.engine.pool.submit(self.engine._complete, self.count, prompt, one, spec.seed)] = key
+
+    def collect(self):
+        if not self.futures:
+            return []
+        done, _ = wait(self.futures, timeout=0.05, return_when=FIRST_COMPLETED)
+        return [(self.futures.pop(f), f.result()[0]) for f in done]
+
+    def pending(self):
+        return len(self.futures)
+
+    def close(self):
+        for f in self.futures:
+            f.cancel()
+        self.futures.clear()

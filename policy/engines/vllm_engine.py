@@ -9,11 +9,13 @@ computes; keep temperature at 1.0 for exact on-policy ratios.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from policy.engines.base import Engine, Sample, SamplingSpec
+from policy.engines.requests import ContinuousBatching, Requests
 
 
-class VLLMEngine(Engine):
+class VLLMEngine(Engine, ContinuousBatching):
     name = "vllm"
 
     def __init__(self, model_dir: str, cfg, seed: int = 0):
@@ -44,23 +46,28 @@ class VLLMEngine(Engine):
         # above makes a run reproducible instead; per-request seeds stay on GPUs.
         self.per_request_seed = torch.cuda.is_available()
 
-    def generate(self, prompts, spec: SamplingSpec):
-        from vllm import SamplingParams, TokensPrompt
+    def params(self, spec: SamplingSpec):
+        from vllm import SamplingParams
 
-        params = SamplingParams(
+        return SamplingParams(
             n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
             max_tokens=spec.max_tokens, logprobs=0, seed=spec.seed if self.per_request_seed else None,
         )  # fmt: skip
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        result = []
-        for out in outputs:
-            samples = []
-            for c in out.outputs:
-                ids = list(c.token_ids)
-                lps = [c.logprobs[i][tok].logprob for i, tok in enumerate(ids)]
-                samples.append(Sample(c.text, ids, lps, c.finish_reason or "stop"))
-            result.append(samples)
-        return result
+
+    def generate(self, prompts, spec: SamplingSpec):
+        from vllm import TokensPrompt
+
+        params = self.params(spec)
+        if (
+            self.per_request_seed and spec.seed is not None
+        ):  # one stream per prompt, as vLLM gives sample j seed + j
+            params = [self.params(replace(spec, seed=spec.seed + i * spec.n)) for i in range(len(prompts))]
+        prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [[_sample(c) for c in out.outputs] for out in outputs]
+
+    def requests(self) -> Requests:
+        return _Requests(self)
 
     def load_weights(self, hf_dir: str) -> None:
         self.llm.collective_rpc("flywheel_reload", args=(hf_dir,))
@@ -70,7 +77,9 @@ class VLLMEngine(Engine):
         from vllm import SamplingParams, TokensPrompt
 
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in sequences], params, use_tqdm=False)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=s) for s in sequences], params, use_tqdm=False
+        )
         result = []
         for seq, start, out in zip(sequences, prompt_lens, outputs):
             plp = out.prompt_logprobs  # position 0 is None: nothing predicts the first token
@@ -82,3 +91,52 @@ class VLLMEngine(Engine):
         if engine is not None and hasattr(engine, "engine_core"):
             engine.engine_core.shutdown()
         del self.llm
+
+
+def _sample(c) -> Sample:
+    ids = list(c.token_ids)
+    return Sample(
+        c.text, ids, [c.logprobs[i][tok].logprob for i, tok in enumerate(ids)], c.finish_reason or "stop"
+    )
+
+
+class _Requests(Requests):
+    """Requests straight into vLLM's engine (the `LLMEngine` under `LLM`, whose
+    `generate` is this loop run to the end): `collect` is one engine step. The engine core
+    runs in its own process and keeps stepping while this process runs tools. Keys are
+    prefixed so that they never collide with `LLM.generate`'s numeric ids; `close` aborts
+    what is left, or the next `LLM.generate` would collect it."""
+
+    continuous = True
+
+    def __init__(self, engine: VLLMEngine):
+        from vllm.sampling_params import RequestOutputKind
+
+        self.engine, self.core, self.final = engine, engine.llm.llm_engine, RequestOutputKind.FINAL_ONLY
+        self.live: set[str] = set()
+
+    def submit(self, key, prompt, spec):
+        from vllm import TokensPrompt
+
+        params = self.engine.params(replace(spec, n=1))
+        params.output_kind = self.final  # as LLM.generate: one output per request, when it ends
+        self.core.add_request(f"flywheel-{key}", TokensPrompt(prompt_token_ids=prompt), params)
+        self.live.add(f"flywheel-{key}")
+
+    def collect(self):
+        if not self.live:
+            return []
+        done = []
+        for out in self.core.step():
+            if out.finished and out.request_id in self.live:
+                self.live.discard(out.request_id)
+                done.append((out.request_id.removeprefix("flywheel-"), _sample(out.outputs[0])))
+        return done
+
+    def pending(self):
+        return len(self.live)
+
+    def close(self):
+        if self.live:
+            self.core.abort_request(sorted(self.live))
+            self.live.clear()
