@@ -123,6 +123,35 @@ def test_samples_carry_the_servers_ids_and_logprobs(server, prompts, tiny_model)
         engine.close()
 
 
+def test_requests_one_at_a_time_come_back_as_they_finish(server, prompts, tiny_model):
+    """Continuous turns through a server (policy/engines/requests.py): each request is
+    its own HTTP call, collected when done, with the ids and logprobs the server scores."""
+    engine = make_engine(tiny_model, engine_config(server.url))
+    try:
+        requests = engine.requests()
+        assert requests.continuous
+        for i, p in enumerate(prompts):
+            requests.submit(f"r{i}", p, SamplingSpec(n=5, max_tokens=2 + 6 * i, seed=i))  # n is ignored
+        done = {}
+        while requests.pending():
+            done.update(requests.collect())
+        assert sorted(done) == [f"r{i}" for i in range(len(prompts))]
+        assert all(1 <= len(s.token_ids) == len(s.logprobs) <= 2 + 6 * int(k[1:]) for k, s in done.items())
+        seqs = [p + done[f"r{i}"].token_ids for i, p in enumerate(prompts)]
+        lens = [len(p) for p in prompts]
+        assert (
+            close_to(
+                [done[f"r{i}"].logprobs for i in range(len(prompts))], engine.prompt_logprobs(seqs, lens)
+            )
+            < 1e-3
+        )
+        requests.submit("late", prompts[0], SamplingSpec(n=1, max_tokens=8))
+        requests.close()
+        assert requests.pending() == 0 and requests.collect() == []
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("transfer, scale", [("path", 1.5), ("upload", 0.7)])
 def test_weight_push_makes_the_server_hold_the_new_weights(
     server, prompts, tiny_model, tmp_path, transfer, scale
