@@ -17,7 +17,8 @@ from storage.schema import TaskSpec
 
 def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
     """A connection with the committed `trajectories` and `tasks` registered, a
-    `cycles` view (one row per run and cycle with its size, reward and pass rate), a
+    `cycles` view (one row per run and cycle with its size, reward, pass rate and the
+    tokens the model sampled: observation tokens, NaN logprobs, are not counted), a
     `groups` view (GROUPS_VIEW) and a `components` view (COMPONENTS_VIEW)."""
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id))
@@ -54,6 +55,7 @@ CREATE VIEW cycles AS
 SELECT run_id, cycle, max(policy_version) AS policy_version, count(DISTINCT task_id) AS tasks,
        count(*) AS trajectories, avg(reward) AS mean_reward, avg((verdict = 'pass')::INT) AS pass_rate,
        count(DISTINCT task_id) FILTER (WHERE origin = 'replay') AS replayed_tasks,
+       sum(len(list_filter(completion_logprobs, lambda x: NOT isnan(x)))) AS sampled_tokens,
        min(created_at) AS started_at
 FROM trajectories GROUP BY run_id, cycle
 """
@@ -98,7 +100,9 @@ def select_replay(
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id, window))
     sql = REPLAY_SQL.format(order=PRIORITIES[priority])
-    rows = con.execute(sql, {"cycle": cycle, "lookback": lookback, "threshold": threshold, "min_best": min_best}).fetchall()
+    rows = con.execute(
+        sql, {"cycle": cycle, "lookback": lookback, "threshold": threshold, "min_best": min_best}
+    ).fetchall()
     if not rows:
         return []
     latest_spec: dict[str, tuple[TaskSpec, int]] = {}
@@ -111,5 +115,9 @@ def select_replay(
         if spec is None or spec.split != "train" or spec.replay_count >= max_replays:
             continue
         origin_cycle = spec.origin_cycle if spec.origin_cycle >= 0 else seen_in
-        out.append(dataclasses.replace(spec, origin="replay", replay_count=spec.replay_count + 1, origin_cycle=origin_cycle))
+        out.append(
+            dataclasses.replace(
+                spec, origin="replay", replay_count=spec.replay_count + 1, origin_cycle=origin_cycle
+            )
+        )
     return out

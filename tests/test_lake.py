@@ -2,6 +2,7 @@
 SeaweedFS S3 server."""
 
 import dataclasses
+import math
 
 import pyarrow.fs as pafs
 import pytest
@@ -191,6 +192,18 @@ def test_replay_priorities_and_origin(tmp_path):
         "SELECT cycle, tasks, trajectories, replayed_tasks FROM cycles ORDER BY 1"
     )
     assert cycles.fetchall() == [(0, 2, 4, 0), (1, 2, 4, 0), (2, 1, 2, 1)]
+
+
+def test_cycles_view_counts_the_tokens_the_model_sampled(tmp_path):
+    """Observation tokens of a multi-turn trajectory (NaN logprobs) are not the model's."""
+    lake = Lake(str(tmp_path / "lake"))
+    tasks = env.make_tasks("train", 1, 0, 2)
+    rows = make_trajectories("r", 0, tasks, {t.task_id: [1, 0] for t in tasks})
+    rows[0] = dataclasses.replace(
+        rows[0], completion_token_ids=[3, 4, 5, 6], completion_logprobs=[-0.1, math.nan, math.nan, -0.2]
+    )
+    lake.commit_cycle("r", 0, tasks, rows)
+    assert connect(lake, "r").execute("SELECT sampled_tokens FROM cycles").fetchall() == [(2 + 3,)]
 
 
 def test_a_dir_the_store_lists_but_calls_missing_on_delete_loses_its_files(tmp_path):
