@@ -1,10 +1,10 @@
 """The generate stage against vLLM's own best: the same prompts, batch, n and lengths, on
 the same `LLM` object, one script.
 
-    .venv/bin/python bench/generate_vs_vllm.py [MODEL_DIR] [--tasks 8] [--n 8] [--max-tokens 256] [--rounds 2]
+    .venv/bin/python bench/generate_vs_vllm.py [MODEL_DIR] [--tasks 8] [--n 8] [--max-tokens 256] [--rounds 2] [--dtype float32]
 
 Three ways of sampling the default cycle's batch (8 code tasks x n=8 x <= 256 tokens, the
-engine's defaults: float32, 1 GiB KV cache), alternated round by round, best of `rounds`:
+engine's defaults: float32 unless --dtype, 1 GiB KV cache), alternated round by round, best of `rounds`:
 - **vLLM plain**: `LLM.generate` on the prompts' token ids, nothing else (no logprobs);
 - **vLLM + logprobs**: the same with `logprobs=0`, which the trainer needs (the sampled
   token's logprob); this is the stage's real ceiling;
@@ -50,7 +50,9 @@ def code_tasks(count: int) -> list:
 
 
 def main() -> None:
-    args = batch_arguments().parse_args()
+    ap = batch_arguments()
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the engine's")
+    args = ap.parse_args()
 
     from transformers import AutoTokenizer
     from vllm import SamplingParams, TokensPrompt
@@ -63,7 +65,9 @@ def main() -> None:
     from tasks import generate as stage
     from tasks.context import StageContext
 
-    config = FlywheelConfig(run_id="bench", sampling={"k": args.n, "max_tokens": args.max_tokens})
+    config = FlywheelConfig(
+        run_id="bench", sampling={"k": args.n, "max_tokens": args.max_tokens}, engine={"dtype": args.dtype}
+    )
     model = resolve_model(args.model or config.model.path, config.model.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
     tasks = code_tasks(args.tasks)

@@ -58,9 +58,8 @@ class VLLMEngine(Engine, ContinuousBatching):
         from vllm import TokensPrompt
 
         params = self.params(spec)
-        if (
-            self.per_request_seed and spec.seed is not None
-        ):  # one stream per prompt, as vLLM gives sample j seed + j
+        if self.per_request_seed and spec.seed is not None:
+            # one stream per prompt (vLLM gives a prompt's sample j seed + j), not one for all
             params = [self.params(replace(spec, seed=spec.seed + i * spec.n)) for i in range(len(prompts))]
         prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
