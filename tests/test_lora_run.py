@@ -19,29 +19,36 @@ LORA = {"r": 4, "alpha": 8}
 def test_sft_then_grpo_with_lora_then_resume(tiny_model, tmp_path, prefect_server):
     from transformers import AutoModelForCausalLM
 
-    from flows.flywheel import flywheel
-    from flows.sft import sft
+    from flows.flywheel import _is_new, flywheel
     from flywheel.runtime import Runtime
     from policy.logprobs import sequence_logprobs
+    from storage.lake import Lake
+    from storage.policies import PolicyStore
 
-    data = tmp_path / "demos.jsonl"
-    demos = [{"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": f"{w} {w}"}]}
-             for w in ("red", "green", "blue", "gold")]  # fmt: skip
-    data.write_text("".join(json.dumps(r) + "\n" for r in demos))
     cfg = FlywheelConfig(
         run_id="lora", runs_dir=str(tmp_path / "runs"), cycles=1, seed=1,
         model={"path": tiny_model},
         engine={"max_model_len": 1024},
-        sampler={"tasks_per_cycle": 2, "levels": [1], "domains": ["code"]},
+        sampler={"tasks_per_cycle": 2, "levels": [1], "domains": ["math"]},
         sampling={"k": 2, "max_tokens": 16},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5, "lora": LORA},
+        cold_start={"references": 2, "epochs": 2, "batch_size": 2, "learning_rate": 1e-2},
         eval={"before_and_after": False},
         tracking={"backends": []},
     )  # fmt: skip
-    assert sft(cfg, data_path=str(data), epochs=2, batch_size=2, learning_rate=1e-2)["policy_version"] == 1
     result = flywheel(cfg)
     update = result.cycles[0].update
     assert update["policy_version"] == 2 and update["sync_max_logprob_diff"] < 1e-4
+    lake = Lake(cfg.lake_uri)
+    manifest = PolicyStore(lake, "lora", cfg.run_dir / "policy-cache").manifest
+    assert (
+        manifest["versions"]["1"]["cycle"] == -1 and manifest["versions"]["2"]["cycle"] == 0
+    )  # SFT, then GRPO
+    assert manifest["pinned"]["sft"] == 1 and manifest["versions"]["1"].get(
+        "hf"
+    )  # the SFT-only policy is kept
+    assert set(lake.trajectories("lora").column("policy_version").to_pylist()) == {1}  # cycle 0 sampled v1
+    assert not _is_new(cfg)  # so a resumed run gets no second cold start
 
     rt = Runtime(cfg)
     try:
