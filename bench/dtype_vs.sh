@@ -23,6 +23,7 @@ if [ ! -d "$DIR/sft" ]; then
     --learning-rate 5e-5                                                                > "$OUT/sft.txt"
   $FW export --run-id dtv-sft --version current --to "$DIR/sft" --store "$LAKE"
 fi
+[ -n "${SFT_ONLY:-}" ] && exit 0  # bench/rl_lr.sh starts its arms from the same SFT policy
 common=(--config $CFG --model "$DIR/sft" --set "store.uri=$LAKE" --set cold_start.references=0
         --set "max_wall_minutes=$MINUTES" --set cycles=100 --set eval.in_run_tasks_per_level=24)
 step $FW run "${common[@]}" --run-id dtv-fp32 --set engine.dtype=float32              > "$OUT/fp32.txt"
