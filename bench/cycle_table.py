@@ -33,6 +33,11 @@ def parameters(model_dir: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+")
@@ -61,11 +66,6 @@ def main() -> None:
         ]
         tokens = dict(connect(lake, run).execute("SELECT cycle, sampled_tokens FROM cycles").fetchall())
         rows = records[1:] if len(records) > 1 else records
-
-        def mean(values):
-            values = list(values)
-            return sum(values) / len(values)
-
         stage = {
             k: mean(r["stage_s"].get(k, 0.0) for r in rows) for k in ("generate", "score", "update", "cycle")
         }

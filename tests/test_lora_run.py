@@ -19,7 +19,7 @@ LORA = {"r": 4, "alpha": 8}
 def test_sft_then_grpo_with_lora_then_resume(tiny_model, tmp_path, prefect_server):
     from transformers import AutoModelForCausalLM
 
-    from flows.flywheel import _is_new, flywheel
+    from flows.flywheel import _cold_start, flywheel
     from flywheel.runtime import Runtime
     from policy.logprobs import sequence_logprobs
     from storage.lake import Lake
@@ -40,15 +40,14 @@ def test_sft_then_grpo_with_lora_then_resume(tiny_model, tmp_path, prefect_serve
     update = result.cycles[0].update
     assert update["policy_version"] == 2 and update["sync_max_logprob_diff"] < 1e-4
     lake = Lake(cfg.lake_uri)
-    manifest = PolicyStore(lake, "lora", cfg.run_dir / "policy-cache").manifest
-    assert (
-        manifest["versions"]["1"]["cycle"] == -1 and manifest["versions"]["2"]["cycle"] == 0
-    )  # SFT, then GRPO
-    assert manifest["pinned"]["sft"] == 1 and manifest["versions"]["1"].get(
-        "hf"
-    )  # the SFT-only policy is kept
+    versions = PolicyStore(lake, "lora", cfg.run_dir / "policy-cache").manifest["versions"]
+    assert versions["1"]["cycle"] == -1 and versions["2"]["cycle"] == 0  # SFT, then GRPO
     assert set(lake.trajectories("lora").column("policy_version").to_pylist()) == {1}  # cycle 0 sampled v1
-    assert not _is_new(cfg)  # so a resumed run gets no second cold start
+    _cold_start(cfg)  # what a resumed run does first: nothing now, the run is not new
+    manifest = PolicyStore(lake, "lora", cfg.run_dir / "policy-cache").manifest
+    assert manifest["version"] == 2  # no second SFT
+    assert manifest["pinned"]["sft"] == 1  # the SFT-only policy is kept
+    assert manifest["versions"]["1"].get("hf")
 
     rt = Runtime(cfg)
     try:
