@@ -18,7 +18,18 @@ A cell's weight is also multiplied by its domain's mixing weight (sampler.weight
 tasks are then split across the weighted (domain, level) cells: whole parts first, the
 rest drawn by a seeded weighted draw (the cycle's seed), so that hundreds of cells (the
 rg/* domains) with a handful of tasks a cycle are each sampled in proportion to their
-weight. Per-task choices (which failures come back) belong to the replay policy, not
+weight.
+
+With hundreds of arms that proportional rule spends too much on arms known to be flat:
+a hundred arms at the 0.1 floor weigh as much as ten arms with signal, so about half the
+tasks go where nothing is learnt (measured, bench/README.md 2026-12-03).
+`curriculum.strategy: thompson` makes each arm a Beta posterior on "a group of this arm
+has reward variance" (its measured groups, on a prior of `prior_strength` groups' worth:
+from the starting evaluation where the run has one, else the share of informative groups
+over all arms measured so far, so that with 300 arms an untried one is not presumed as
+promising as one that has shown signal) and gives each task to the arm with
+the highest draw (times its mixing weight): arms seen flat are drawn rarely, untried ones
+often, without a floor to tune. Per-task choices (which failures come back) belong to the replay policy, not
 here. Not done: cross-domain transfer estimates, or closing a level.
 """
 
@@ -122,6 +133,34 @@ def plan(levels: dict[str, list[int]], count: int, stats: dict, threshold: float
     sampled as often as its weight says, not the first ones in order every cycle.
     Without a seed the leftovers go by largest fraction (ties in order)."""
     return allot(cell_weights(levels, stats, threshold, min_weight, prior, mix), count, seed)
+
+
+def posterior(stats: dict, cell, prior: dict, strength: float, base: float) -> tuple[float, float]:
+    """Beta(a, b) on the chance that a group of `cell` has reward variance: the prior
+    (the starting evaluation's share for the cell, else `base`) plus its measured groups."""
+    q = min(0.95, max(0.05, prior.get(cell, base)))
+    a, b = strength * q, strength * (1 - q)
+    if cell not in stats:
+        return a, b
+    informative = stats[cell].informative * stats[cell].groups
+    return a + informative, b + stats[cell].groups - informative
+
+
+def thompson(levels: dict[str, list[int]], count: int, stats: dict, threshold: float, strength: float,
+             prior: dict | None = None, mix: dict[str, float] | None = None, seed: int = 0) -> tuple[Counter, dict]:  # fmt: skip
+    """`count` tasks over the open cells, each to the cell with the highest Beta draw
+    times its mixing weight (a fresh draw per task, seeded); with each cell's posterior
+    mean (the `weights` the arms table shows)."""
+    prior, mix = prior or {}, mix or {}
+    cells = [(d, lvl) for d, lv in levels.items() for lvl in open_levels(lv, stats, d, threshold)]
+    groups = sum(st.groups for st in stats.values())
+    base = sum(st.informative * st.groups for st in stats.values()) / groups if groups else 0.5
+    beta = {c: posterior(stats, c, prior, strength, base) for c in cells}
+    rng = random.Random(seed)
+    out: Counter = Counter()
+    for _ in range(count):
+        out[max(cells, key=lambda c: rng.betavariate(*beta[c]) * mix.get(c[0], 1.0))] += 1
+    return out, {c: mix.get(c[0], 1.0) * a / (a + b) for c, (a, b) in beta.items()}
 
 
 def allot(weights: dict[tuple[str, int], float], count: int, seed: int | None = None) -> Counter:

@@ -21,7 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from environments.registry import expand_all, mixture
 from policy.chat import encode_chat
 from flywheel.reporting import publish_table
-from tasks.curriculum import allot, arm_rows, cell_weights, eval_prior, level_stats
+from tasks.curriculum import allot, arm_rows, cell_weights, eval_prior, level_stats, thompson
 from storage.schema import TaskSpec, stable_id
 
 
@@ -75,8 +75,11 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
         stats = level_stats(rt.lake, rt.run_id, cycle - 1, cur.window_cycles)
         prior = eval_prior(rt.lake, rt.run_id, rt.policy_version)
         mix, seed = domain_mix(rt.domains, cfg.sampler), int(stable_id("plan", cfg.seed, cycle), 16)
-        weights = cell_weights(levels, stats, cur.open_threshold, cur.min_weight, prior, mix)
-        plan = allot(weights, count, seed)
+        if cur.strategy == "thompson":
+            plan, weights = thompson(levels, count, stats, cur.open_threshold, cur.prior_strength, prior, mix, seed)
+        else:
+            weights = cell_weights(levels, stats, cur.open_threshold, cur.min_weight, prior, mix)
+            plan = allot(weights, count, seed)
         publish_table(rt.run_id, "arms", arm_rows(weights, stats, plan), f"cycle {cycle}: the sampler's arms")
     else:
         plan = fresh_plan(levels, count, start=cycle * count)

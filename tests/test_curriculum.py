@@ -1,5 +1,7 @@
 """The curriculum: levels open on measured pass rates; flat levels are sampled less."""
 
+from collections import Counter
+
 from environments import get_environment
 from storage.lake import Lake
 from tasks.curriculum import LevelStats, level_stats, open_levels, plan
@@ -91,3 +93,64 @@ def test_an_evaluation_prior_steers_untried_cells():
     assert p == {("code", 1): 5, ("math", 1): 1, ("data", 1): 10}  # weights 0.5, 0.1 (floor), 1 (no prior)
     measured = {("math", 1): LevelStats(0.5, 1.0, 4)}
     assert plan({"math": [1], "code": [1]}, 4, measured, 0.2, 0.1, prior) == {("math", 1): 3, ("code", 1): 1}
+
+
+def _simulate(choose, arms: int = 300, good: int = 20, cycles: int = 40, window: int = 40) -> float:
+    """Zero-variance share of `cycles` x 8 groups when `choose(stats, cycle)` picks the
+    arms: `good` arms give a group with variance 80% of the time, the rest 2%."""
+    import random
+
+    from tasks.curriculum import LevelStats
+
+    rng = random.Random(7)
+    p = {(f"rg/d{i}", 1): 0.8 if i < good else 0.02 for i in range(arms)}
+    history: list[tuple[int, tuple, int]] = []
+    flat = total = 0
+    for cycle in range(cycles):
+        seen: dict = {}
+        for c_cycle, cell, informative in history:
+            if c_cycle > cycle - 1 - window:
+                seen.setdefault(cell, []).append(informative)
+        stats = {c: LevelStats(0.5, sum(v) / len(v), len(v)) for c, v in seen.items()}
+        for cell, n in choose(stats, cycle).items():
+            for _ in range(n):
+                informative = int(rng.random() < p[cell])
+                history.append((cycle, cell, informative))
+                flat, total = flat + 1 - informative, total + 1
+    return flat / total
+
+
+def test_thompson_spends_hundreds_of_arms_where_groups_vary():
+    """300 arms, 20 with signal, 8 tasks a cycle for 40 cycles (simulated groups), with a
+    starting evaluation of 2 greedy tasks an arm as the prior: the Beta-posterior draw
+    ends with under half uniform's share of zero-variance groups, where the proportional
+    rule's floor keeps spending on flat arms; without the prior it still beats that rule."""
+    import random
+
+    from tasks.curriculum import allot, cell_weights, thompson
+
+    levels = {f"rg/d{i}": [1] for i in range(300)}
+    cells = sorted((d, 1) for d in levels)
+    rng = random.Random(3)
+    prior = {(f"rg/d{i}", 1): sum(rng.random() < (0.5 if i < 20 else 0.03) for _ in range(2)) / 2 for i in range(300)}
+    uniform = _simulate(lambda s, c: Counter(cells[(c * 8 + i) % 300] for i in range(8)))
+    proportional = _simulate(lambda s, c: allot(cell_weights(levels, s, 0.2, 0.1, prior), 8, seed=c))
+    drawn = _simulate(lambda s, c: thompson(levels, 8, s, 0.2, 2.0, prior, seed=c)[0])
+    assert uniform > 0.9 and drawn < uniform / 2 and drawn < proportional - 0.2, (uniform, proportional, drawn)
+    blind = _simulate(lambda s, c: thompson(levels, 8, s, 0.2, 2.0, seed=c)[0])
+    assert blind < _simulate(lambda s, c: allot(cell_weights(levels, s, 0.2, 0.1), 8, seed=c)) - 0.05
+
+
+def test_thompson_follows_the_starting_evaluation_backs_off_flat_arms_and_mixes():
+    from tasks.curriculum import LevelStats, thompson
+
+    levels = {"a": [1], "b": [1], "c": [1]}
+    prior = {("a", 1): 1.0, ("b", 1): 0.0, ("c", 1): 0.0}
+    fresh, means = thompson(levels, 200, {}, 0.2, 2.0, prior, seed=1)
+    assert fresh[("a", 1)] > 150 and means[("a", 1)] > means[("b", 1)]
+    assert thompson(levels, 8, {}, 0.2, 2.0, prior, seed=3) == thompson(levels, 8, {}, 0.2, 2.0, prior, seed=3)
+    flat = {("a", 1): LevelStats(1.0, 0.0, 30)}  # measured: every group alike, whatever the prior said
+    backed_off, _ = thompson(levels, 200, flat, 0.2, 2.0, prior, seed=1)
+    assert backed_off[("a", 1)] < 0.75 * fresh[("a", 1)] and backed_off[("b", 1)] + backed_off[("c", 1)] > 50
+    mixed, _ = thompson(levels, 200, flat, 0.2, 2.0, prior, mix={"c": 5.0}, seed=1)
+    assert mixed[("c", 1)] > 1.5 * mixed[("b", 1)]
