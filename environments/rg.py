@@ -19,7 +19,11 @@ Names: `rg/<name>`; `rg/<category>/*` and `rg/*` select many (environments/regis
   text could otherwise rewrite the score it is given.
 - Partial credit: rg's scorers give a token score to a malformed answer (countdown 0.01,
   ARC 0.05); anything under `MIN_CREDIT` counts as 0, so a group of malformed answers has
-  no reward variance to learn from. A completion without an `<answer>` tag is `no_code`
+  no reward variance to learn from. `ALL_OR_NOTHING` generators give credit any answer can
+  earn (propositional_logic: 0.25 for a tautology such as P ∨ ¬P): there only a solution
+  counts, or GRPO would learn the shortcut.
+- Five generators give no answer (their scorers check a solution's validity); a witness
+  of ours (environments/rg_worker.py, environments/rg_witness.py) is the reference. A completion without an `<answer>` tag is `no_code`
   with reward 0, without running anything.
 
 Not done: rg's `composite` mixer (our sampler mixes domains), and levels beyond 3.
@@ -50,6 +54,7 @@ log = logging.getLogger(__name__)
 CATALOGUE = Path(__file__).with_name("rg_catalogue.json")
 VERSION = "1"
 MIN_CREDIT = 0.1
+ALL_OR_NOTHING = frozenset({"propositional_logic"})
 MAX_ANSWER_CHARS = 4000
 REQUEST_TIMEOUT_S = 120
 INSTRUCTION = "\n\nThink it through briefly, then give only the final answer inside <answer></answer> tags."
@@ -182,7 +187,7 @@ class ReasoningGym(SandboxEnvironment):
         return answer_job(json.loads(task.verifier_json), completion)
 
     def score(self, task, job, result):
-        return read_score(job, result)
+        return read_score(job, result, self.generator)
 
 
 def answer_job(spec: dict, completion: str) -> Job | Score:
@@ -198,12 +203,13 @@ def answer_job(spec: dict, completion: str) -> Job | Score:
     return Job(["python", "-I", "-c", HARNESS], stdin=json.dumps(spec))
 
 
-def read_score(job: Job, result) -> Score:
+def read_score(job: Job, result, generator: str) -> Score:
     report = tagged_report(job, result, "rg scorer")
     if isinstance(report, Score):
         return report
     credit = float(report.get("score", 0.0))
-    credit = credit if credit >= MIN_CREDIT else 0.0
+    floor = 1.0 if generator in ALL_OR_NOTHING else MIN_CREDIT
+    credit = credit if credit >= floor else 0.0
     passed = credit >= 1.0
     return Score(credit, "pass" if passed else "fail", outcome=credit, tests_passed=int(passed), tests_total=1,
                  error=report.get("error", "") or ("" if passed else "not the expected answer"))  # fmt: skip

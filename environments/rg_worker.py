@@ -12,7 +12,8 @@ them out of the flow's process:
 Protocol: one JSON request per stdin line, one JSON reply per stdout line (library prints
 go to stderr). `{"op": "generate", ...}` -> `{"items": [...], "dropped": n}` or `{"error"}`.
 
-Each item is checked before it is handed out: its own answer must score 1.0 through
+Each item is checked before it is handed out: its own answer (or, for the generators that
+give none, our witness: environments/rg_witness.py) must score 1.0 through
 exactly the path a model's answer takes in the sandbox (`SCORER` below, on the JSON
 round trip of the item). Where the round trip loses what the scorer needs (arc_agi,
 rearc), the item is marked `regenerate` and the sandbox rebuilds it from (name, config,
@@ -35,6 +36,7 @@ import signal
 import sys
 import time
 
+from environments.rg_witness import witness
 from environments.verifiers import TAGGED_PRELUDE
 
 ITEM_TIMEOUT_S = 10
@@ -162,10 +164,13 @@ def generate(name: str, level: int, seed: int, start: int, count: int) -> dict:
             except Exception as exc:  # noqa: BLE001
                 failed.append(f"{type(exc).__name__}: {exc}"[:300])
                 continue
-            if entry["answer"] is None:  # a puzzle with many solutions, scored for validity
-                return {"error": "no reference answer: its scorer checks a solution's validity, so there is "
-                                 "neither an SFT reference nor a way to check the scorer here"}  # fmt: skip
-            answer = str(entry["answer"])
+            answer = entry["answer"]
+            if answer is None:  # a puzzle with many solutions, scored for validity: one of ours
+                answer = witness(name, entry)
+                if answer is None:
+                    return {"error": "no reference answer (its scorer checks a solution's validity) and no "
+                                     "witness of ours (environments/rg_witness.py)"}  # fmt: skip
+            answer = str(answer)
             kept = jsonable(entry)
             spec = {"name": name, "config": config, "index": index, "answer": answer}
             regenerate = not _scores_one({**spec, "entry": kept})

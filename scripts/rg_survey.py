@@ -115,7 +115,7 @@ def sandbox_score(box, spec, answer):
     from environments.rg import answer_job, read_score
 
     job = answer_job(spec, f"<answer>{answer}</answer>")
-    return read_score(job, box.run(job))
+    return read_score(job, box.run(job), spec["name"])
 
 
 if __name__ == "__main__":

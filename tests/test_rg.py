@@ -14,7 +14,8 @@ from environments import rg
 from environments.registry import DomainError, Domains, expand, mixture
 from tasks.curriculum import LevelStats, plan
 
-SAMPLE = ["basic_arithmetic", "n_queens", "countdown", "arc_agi", "word_ladder", "isomorphic_strings"]
+SAMPLE = ["basic_arithmetic", "n_queens", "countdown", "arc_agi", "word_ladder", "isomorphic_strings", "rush_hour",
+          "boxnet"]  # fmt: skip
 
 
 def _tasks_in_a_process(hashseed: str, names: list[str]) -> list:
@@ -77,6 +78,30 @@ def test_references_score_one_in_the_sandbox_and_wrong_answers_nothing(box):
     assert {v.score.reward for v in wrong} == {0.0}  # countdown's 0.01 for a malformed answer counts as 0
     untagged = verify(box, [(e, t, "the answer is 4") for e, t in tasks])
     assert {v.score.verdict for v in untagged} == {"no_code"}
+
+
+def test_generators_that_give_no_answer_get_a_witness_of_ours_and_no_credit_for_a_shortcut(box):
+    """boxnet, graph_color, propositional_logic, rubiks_cube and rush_hour check a
+    solution's validity and give no answer: our witness (found by search for rush_hour
+    and boxnet) is the reference and scores 1.0 through the sandbox; propositional_logic's
+    0.25 for a tautology, which any answer can earn, counts as 0."""
+    from reasoning_gym.factory import DATASETS
+
+    from environments.rg_witness import witness
+    from tasks.score import verify
+
+    names = ["boxnet", "graph_color", "propositional_logic", "rubiks_cube", "rush_hour"]
+    for name in names:
+        assert DATASETS[name][0](DATASETS[name][1](seed=1, size=1))[0]["answer"] is None, name  # still none
+    assert witness("basic_arithmetic", {"metadata": {}}) is None
+    envs = [Domains([f"rg/{n}"])[f"rg/{n}"] for n in names]
+    tasks = [(e, t) for e in envs for t in e.make_tasks("train", e.levels[-1], 4, 2)]
+    assert len(tasks) == 2 * len(names)
+    right = verify(box, [(e, t, e.reference(t)[0]["content"]) for e, t in tasks])
+    assert [v.score.reward for v in right] == [1.0] * len(tasks), [v.score for v in right]
+    logic = envs[2]
+    shortcut = verify(box, [(logic, t, "<answer>(P ∨ ¬P)</answer>") for t in logic.make_tasks("train", 1, 4, 4)])
+    assert [v.score.reward for v in shortcut] == [0.0] * 4 and shortcut[0].score.outcome == 0.0
 
 
 def test_model_text_is_evaluated_only_in_the_sandbox(box, tmp_path):
