@@ -75,7 +75,8 @@ def rush_hour(board: str) -> str | None:
                 head, steps = (pos + stride * (n - 1), 0) if sign > 0 else (pos, 0)
                 while True:
                     nxt = head + sign * stride
-                    if stride == 1 and nxt // SIZE != head // SIZE or not 0 <= nxt < SIZE * SIZE or nxt in taken:
+                    leaves_row = stride == 1 and nxt // SIZE != head // SIZE
+                    if leaves_row or not 0 <= nxt < SIZE * SIZE or nxt in taken:
                         break
                     head, steps = nxt, steps + 1
                     moved = state[:p] + (pos + sign * stride * steps,) + state[p + 1 :]
@@ -109,4 +110,3 @@ def boxnet(initial: dict[str, list[str]]) -> str | None:
             state[here].remove(f"target_{colour}")
             steps.append({f"Agent[{row}, {col}]": f"move({box}, target_{colour})"})
     return json.dumps(steps)
-
