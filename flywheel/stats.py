@@ -8,6 +8,10 @@
   resolvable: an interval that spans 0 is reported as "no resolvable difference".
   Cells (domain, level) are resampled within themselves when given, so the mix of cells
   stays that of the evaluation.
+- `seeds_paired(a_runs, b_runs)`: two training recipes, each run at several seeds and
+  evaluated on the same tasks (an ablation): the difference of their means, resampling
+  both the runs of each side and the tasks, so the interval holds seed-to-seed training
+  noise as well as which tasks were drawn.
 Deterministic: the bootstrap draws from a seeded generator.
 """
 
@@ -99,6 +103,34 @@ def unpaired(a: list[float], b: list[float], rounds: int = 10_000, seed: int = 0
         for _ in range(rounds)
     )
     return Paired(min(len(a), len(b)), ma, mb, mb - ma, means[int(0.025 * rounds)],
+                  means[min(rounds - 1, int(0.975 * rounds))])  # fmt: skip
+
+
+def seeds_paired(a_runs: list[dict], b_runs: list[dict], rounds: int = 10_000, seed: int = 0) -> Paired:
+    """mean(b runs) - mean(a runs) over the tasks every run scored (dicts task_id -> score).
+    Each bootstrap round draws the runs of each side with replacement and the tasks with
+    replacement (the same tasks for both sides, so difficulty still cancels). With one run
+    a side it is `paired`; the fewer the seeds, the more an unlucky seed can swing it:
+    three a side is the least that shows the spread at all."""
+    if not a_runs or not b_runs:
+        raise ValueError("both sides need at least one run")
+    ids = sorted(set.intersection(*(set(r) for r in a_runs + b_runs)))
+    if not ids:
+        raise ValueError("the runs share no evaluated task: evaluate them on the same tasks")
+    a = [[float(r[i]) for i in ids] for r in a_runs]
+    b = [[float(r[i]) for i in ids] for r in b_runs]
+    rng = random.Random(seed)
+    means = []
+    for _ in range(rounds):
+        ra = [a[rng.randrange(len(a))] for _ in a]
+        rb = [b[rng.randrange(len(b))] for _ in b]
+        tasks = [rng.randrange(len(ids)) for _ in ids]
+        gaps = [sum(r[t] for r in rb) / len(rb) - sum(r[t] for r in ra) / len(ra) for t in tasks]
+        means.append(sum(gaps) / len(ids))
+    means.sort()
+    mean_a = sum(map(sum, a)) / (len(a) * len(ids))
+    mean_b = sum(map(sum, b)) / (len(b) * len(ids))
+    return Paired(len(ids), mean_a, mean_b, mean_b - mean_a, means[int(0.025 * rounds)],
                   means[min(rounds - 1, int(0.975 * rounds))])  # fmt: skip
 
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from flywheel.stats import paired, unpaired, wilson
+from flywheel.stats import paired, seeds_paired, unpaired, wilson
 
 
 def test_wilson_matches_known_values_and_stays_in_bounds():
@@ -42,6 +42,30 @@ def test_unpaired_for_runs_of_different_seeds():
     d = unpaired([0.30, 0.32, 0.31], [0.40, 0.42, 0.41])
     assert d.resolvable and d.diff == pytest.approx(0.1)
     assert not unpaired([0.3, 0.5, 0.1], [0.32, 0.12, 0.5]).resolvable
+
+
+def test_seeds_paired_counts_the_spread_between_seeds():
+    """Three seeds a side on the same 60 tasks: a gain every seed shows resolves; the same
+    mean gain carried by one lucky seed does not, though pooling the seeds' tasks as if
+    they were independent pairs would call it resolved."""
+    rng = random.Random(1)
+    tasks = [f"t{i}" for i in range(60)]
+    base = {t: int(rng.random() < 0.4) for t in tasks}
+
+    def run(gain: float, r: random.Random) -> dict:
+        return {t: 1 if base[t] or r.random() < gain else 0 for t in tasks}
+
+    a = [run(0.0, random.Random(s)) for s in range(3)]
+    steady = seeds_paired(a, [run(0.3, random.Random(9 + s)) for s in range(3)])
+    assert steady.resolvable and steady.low > 0 and steady.n == 60
+    lucky = [run(0.9, random.Random(20)), run(0.0, random.Random(21)), run(0.0, random.Random(22))]
+    one_seed = seeds_paired(a, lucky)
+    assert one_seed.diff > 0.15 and not one_seed.resolvable, one_seed
+    pooled_a = {f"{s}/{t}": a[s][t] for s in range(3) for t in tasks}
+    pooled_b = {f"{s}/{t}": lucky[s][t] for s in range(3) for t in tasks}
+    assert paired(pooled_a, pooled_b).resolvable  # what ignoring the seeds would have claimed
+    with pytest.raises(ValueError, match="share no evaluated task"):
+        seeds_paired([{"x": 1}], [{"y": 0}])
 
 
 def test_cells_of_one_task_are_pooled_not_frozen():

@@ -1,0 +1,72 @@
+"""Two training recipes, each run at several seeds, compared on the same held-out tasks.
+
+Each run's last evaluated policy (its `current` version, evaluated by
+`eval.before_and_after`) is scored per task; the difference of the two sides' means comes
+with an interval that resamples both the seeds and the tasks (`flywheel.stats.seeds_paired`),
+so one lucky seed cannot pass for a recipe's effect. Also each seed's own paired difference
+(`paired`, tasks only) and each side's starting evaluation, which should be the same policy
+on the same tasks.
+
+    .venv/bin/python bench/seeds_compare.py --store runs/replay-seeds/lake \
+        --a replay-off-s1,replay-off-s2,replay-off-s3 --b replay-on-s1,replay-on-s2,replay-on-s3
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from flywheel.cli_common import lake_and_store, run_config
+from flywheel.eval_report import task_scores
+from flywheel.stats import paired, seeds_paired, wilson
+from storage import evals
+
+
+def final_scores(store: str, run_id: str) -> tuple[int, dict, dict, dict]:
+    """(version, task -> solved at the run's current version, the same at v0, task -> group)."""
+    config = run_config(run_id, "runs", store, None)
+    lake, policies = lake_and_store(config)
+    con = evals.connect(lake, run_id)
+    version = policies.version
+    groups = lake.evaluation_groups(run_id, version)
+    group_of = {d: g for g, domains in groups.items() for d in domains}
+    final, start = task_scores(con, version), task_scores(con, 0)
+    return (
+        version,
+        {t: s for t, (_, _, s) in final.items()},
+        {t: s for t, (_, _, s) in start.items()},
+        {t: group_of.get(d, "other") for t, (d, _, _) in final.items()},
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", required=True, help="the lake all runs wrote to")
+    ap.add_argument("--a", required=True, help="comma-separated run ids of side a (the baseline)")
+    ap.add_argument("--b", required=True, help="comma-separated run ids of side b")
+    args = ap.parse_args()
+    sides = {"a": args.a.split(","), "b": args.b.split(",")}
+    got = {side: [final_scores(args.store, r) for r in runs] for side, runs in sides.items()}
+    print("| side | run | version | v0 pass@1 | final pass@1 [95% Wilson] | n |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for side, runs in sides.items():
+        for run_id, (version, final, start, _) in zip(runs, got[side]):
+            lo, hi = wilson(sum(final.values()), len(final))
+            print(f"| {side} | {run_id} | v{version} | {sum(start.values()) / max(1, len(start)):.3f} | "
+                  f"{sum(final.values()) / len(final):.3f} [{lo:.3f}, {hi:.3f}] | {len(final)} |")  # fmt: skip
+    print("\nEach seed, b - a, paired over the same tasks (tasks resampled):\n")
+    for (ra, fa), (rb, fb) in zip(zip(sides["a"], got["a"]), zip(sides["b"], got["b"])):
+        print(f"- {rb} - {ra}: {paired(fa[1], fb[1]).describe()}")
+    groups = sorted({g for _, _, _, group_of in got["a"] + got["b"] for g in group_of.values()})
+    print(f"\nb - a over {len(sides['a'])} and {len(sides['b'])} seeds (seeds and tasks resampled):\n")
+    for group in ["all", *groups] if len(groups) > 1 else ["all"]:
+        sides_of = {side: [pick(f, g, group) for _, f, _, g in got[side]] for side in got}
+        p = seeds_paired(sides_of["a"], sides_of["b"])
+        print(f"- {group}: a {p.mean_a:.3f}, b {p.mean_b:.3f}: {p.describe()}")
+
+
+def pick(scores: dict, group_of: dict, group: str) -> dict:
+    return {t: s for t, s in scores.items() if group == "all" or group_of.get(t) == group}
+
+
+if __name__ == "__main__":
+    main()
