@@ -89,6 +89,10 @@ class BenchConfig:
     out: str = ""  # default: runs/vs-trl/<time stamp>
     work_dir: str = ""  # weights and the flywheel's runs; default: a temp dir, removed after
     keep_weights: bool = False
+    # TRL's learning rates, each its own TRL run per round; the report takes TRL's best
+    # final policy (chosen on the held-out tasks themselves: generous to TRL). Empty: the
+    # recipe's, as for the flywheel.
+    trl_lrs: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def budget_s(self) -> float:
@@ -97,6 +101,9 @@ class BenchConfig:
     def grid(self) -> list[float]:
         """Training wall times (s) at which each side's policy is evaluated."""
         return [self.budget_s * i / self.eval_points for i in range(1, self.eval_points + 1)]
+
+    def trl_arms(self) -> list[float | None]:
+        return list(self.trl_lrs) or [None]
 
     def side_order(self, round_: int) -> tuple[str, str]:
         first = ("trl", "flywheel") if self.order == "trl-first" else ("flywheel", "trl")
@@ -118,6 +125,13 @@ def flywheel_config(bench: BenchConfig, run_id: str, runs_dir: str):
     if bench.same_task_order:
         sets += ["replay.enabled=false", "curriculum.enabled=false"]
     return apply_overrides(FlywheelConfig.from_yaml(REPO / bench.recipe), sets + bench.overrides)
+
+
+def with_trl_lr(bench: BenchConfig, lr: float | None) -> BenchConfig:
+    """The bench as one TRL arm of the sweep sees it (the flywheel keeps the recipe's)."""
+    if lr is None:
+        return bench
+    return dataclasses.replace(bench, overrides=[*bench.overrides, f"trainer.learning_rate={lr}"])
 
 
 def load(spec: str) -> tuple[BenchConfig, Path]:
@@ -231,8 +245,8 @@ def run_eval(bench: BenchConfig, work: Path, points: list[dict]) -> list[dict]:
             by_domain = {d: _mean(r for r, t in zip(rewards, tasks) if t.domain == d) for d in envs}
             row = {k: v for k, v in point.items() if k != "dir"}
             row.update(reward=_mean(rewards), pass_rate=_mean(v.score.verdict == "pass" for v in verified),
-                       reward_by_domain=by_domain, eval_tasks=len(tasks), probe_logprob=probe_logprob,
-                       eval_s=round(time.time() - t_start, 1))  # fmt: skip
+                       rewards=[round(r, 4) for r in rewards], reward_by_domain=by_domain, eval_tasks=len(tasks),
+                       probe_logprob=probe_logprob, eval_s=round(time.time() - t_start, 1))  # fmt: skip
             results.append(row)
             print(f"eval {point['side']:>8} {point['label']:>9} t={point['t'] / 60:6.1f} min  "
                   f"reward {row['reward']:.3f}", flush=True)  # fmt: skip
@@ -250,10 +264,11 @@ def _mean(xs) -> float:
 # ---- the driver --------------------------------------------------------------------------------
 
 
-def phase(name: str, spec: Path, round_: int, log) -> dict:
+def phase(name: str, spec: Path, round_: int, log, lr: float | None = None) -> dict:
     """One side (or the evaluation) in a fresh process: the same start for both, and vLLM,
     DeepSpeed and TRL never share a process. A side already finished in a reused
-    `--work-dir` is not run again."""
+    `--work-dir` is not run again. `lr`: one TRL arm of the learning-rate sweep."""
+    name = f"{name}-lr{lr:g}" if lr else name
     out = spec.parent / f"{name}-r{round_}.json"
     if name != "eval" and out.exists():
         log(f"== {name} (round {round_}): reusing {out}")
@@ -263,7 +278,17 @@ def phase(name: str, spec: Path, round_: int, log) -> dict:
     load_before = os.getloadavg()
     started = time.time()
     log(f"== {name} (round {round_}) ...")
-    argv = [sys.executable, __file__, "--phase", name, "--spec", str(spec), "--round", str(round_)]
+    argv = [
+        sys.executable,
+        __file__,
+        "--phase",
+        name.split("-lr")[0],
+        "--spec",
+        str(spec),
+        "--round",
+        str(round_),
+    ]
+    argv += ["--lr", f"{lr:g}"] if lr else []
     subprocess.run([*argv, "--result", str(out)], env=env, cwd=REPO, check=True)
     result = json.loads(out.read_text())
     result.update(process_s=round(time.time() - started, 1), load_before=load_before)
@@ -307,10 +332,14 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--work-dir", default="", help="kept, finished sides reused (default: a temp dir)")
     ap.add_argument("--keep-weights", action="store_true")
+    ap.add_argument(
+        "--trl-lrs", default="", help="learning rates for TRL, comma-separated: a sweep, best reported"
+    )
     ap.add_argument("--phase", choices=[*SIDES, "eval"], help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     ap.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--lr", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.phase:  # a child process: one side, or the evaluation
@@ -319,8 +348,8 @@ def main() -> None:
             result = {"points": run_eval(bench, work, json.loads((work / "to-evaluate.json").read_text()))}
         else:
             if args.phase == "trl":
-                cfg = flywheel_config(bench, f"trl-r{args.round}", str(work / "unused"))
-                result = run_trl(bench, cfg, work, args.round)
+                cfg = flywheel_config(with_trl_lr(bench, args.lr), f"trl-r{args.round}", str(work / "unused"))
+                result = run_trl(bench, cfg, work, args.round, f"-lr{args.lr:g}" if args.lr else "")
             else:
                 result = run_flywheel(bench, work, args.round)
         Path(args.result).write_text(json.dumps(result, indent=1))
@@ -332,7 +361,7 @@ def main() -> None:
         eval_per_level=args.eval_per_level, eval_points=args.eval_points, order=args.order, rounds=args.rounds,
         recipe=args.recipe, overrides=args.overrides, same_task_order=args.same_task_order, model=args.model,
         out=args.out or str(REPO / "runs" / "vs-trl" / stamp), work_dir=args.work_dir,
-        keep_weights=args.keep_weights,
+        keep_weights=args.keep_weights, trl_lrs=[float(v) for v in args.trl_lrs.split(",") if v],
     )  # fmt: skip
     out = Path(bench.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -346,8 +375,13 @@ def main() -> None:
     try:
         for round_ in range(bench.rounds):
             for side in bench.side_order(round_):
-                runs.append(phase(side, spec, round_, log))
-        to_eval = [{**p, "side": r["side"], "round": r["round"]} for r in runs for p in r["points"]]
+                for lr in bench.trl_arms() if side == "trl" else [None]:
+                    runs.append(phase(side, spec, round_, log, lr))
+        to_eval = [
+            {**p, "side": r["side"], "round": r["round"], "lr": r.get("lr")}
+            for r in runs
+            for p in r["points"]
+        ]
         (work / "to-evaluate.json").write_text(json.dumps(to_eval))
         evaluation = phase("eval", spec, 0, log)
     finally:
@@ -367,7 +401,8 @@ def main() -> None:
     for r in runs:
         unit = "steps" if r["side"] == "trl" else "cycles"
         first = f"{r['steps'][0]['t']:.0f} s" if r["steps"] else "never"
-        print(f"{r['side']:>8} round {r['round']}: trained {r['train_s'] / 60:.1f} min, {len(r['steps'])} "
+        arm = f"{r['side']} lr {r['lr']:g}" if r.get("lr") else r["side"]
+        print(f"{arm:>14} round {r['round']}: trained {r['train_s'] / 60:.1f} min, {len(r['steps'])} "
               f"{unit} (the first done at {first}, start-up included), load average "
               f"{r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}")  # fmt: skip
     log(f"wrote {out / 'points.json'}, {out / 'table.md'}, {out / 'curves.png'}")

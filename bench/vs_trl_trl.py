@@ -120,8 +120,9 @@ def time_rollouts(trainer, clock) -> None:
     trainer._generate_and_score_completions = timed
 
 
-def run_trl(bench, cfg, work: Path, round_: int) -> dict:
-    """`cfg`: the FlywheelConfig the flywheel side runs with (bench/vs_trl.py makes both)."""
+def run_trl(bench, cfg, work: Path, round_: int, tag: str = "") -> dict:
+    """`cfg`: the FlywheelConfig the flywheel side runs with (bench/vs_trl.py makes both),
+    with TRL's own learning rate in a sweep; `tag` names this arm's weights."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -137,7 +138,7 @@ def run_trl(bench, cfg, work: Path, round_: int) -> dict:
     # The prompt ids TRL builds (chat template, tokenized) must be the ones the flywheel uses.
     trl_ids = tokenizer.apply_chat_template(tasks[0].prompt, add_generation_prompt=True, return_dict=True)
     same_prompt_ids = list(trl_ids["input_ids"]) == encode_chat(tokenizer, tasks[0].prompt)
-    save_root = work / f"trl-r{round_}"
+    save_root = work / f"trl{tag}-r{round_}"
     t0 = time.time()
     sandbox = make_sandbox(cfg.sandbox)
     clock = trl_clock(t0, bench.budget_s, bench.grid(), save_root)
@@ -151,8 +152,6 @@ def run_trl(bench, cfg, work: Path, round_: int) -> dict:
         trainer.train()
     finally:
         sandbox.close()
-    return {"side": "trl", "round": round_, "train_s": clock.elapsed(),
+    return {"side": "trl", "round": round_, "lr": cfg.trainer.learning_rate, "train_s": clock.elapsed(),
             "excluded_save_s": clock.excluded, "points": clock.points, "steps": clock.steps,
             "same_prompt_ids": same_prompt_ids}  # fmt: skip
-
-

@@ -18,11 +18,17 @@ def test_trl_gets_the_flywheel_recipe_knobs(tmp_path):
     pytest.importorskip("trl")
     bench = vs_trl.BenchConfig(domains=["code"], overrides=["trainer.learning_rate=3e-5"])
     cfg = vs_trl.flywheel_config(bench, "x", str(tmp_path))
-    assert cfg.sampler.domains == ["code"] and cfg.sampler.levels == [1] and cfg.store.keep_policy_exports > 1000
+    assert (
+        cfg.sampler.domains == ["code"] and cfg.sampler.levels == [1] and cfg.store.keep_policy_exports > 1000
+    )
     args = vs_trl.trl_args(cfg, str(tmp_path / "trl"))
     assert (args.learning_rate, args.epsilon, args.epsilon_high, args.beta) == (3e-5, 0.2, 0.28, 0.0)
-    assert args.num_generations == cfg.sampling.k == 8 and args.max_completion_length == cfg.sampling.max_tokens
-    assert args.generation_batch_size == cfg.sampling.k * cfg.sampler.tasks_per_cycle  # one step per cycle's worth
+    assert (
+        args.num_generations == cfg.sampling.k == 8 and args.max_completion_length == cfg.sampling.max_tokens
+    )
+    assert (
+        args.generation_batch_size == cfg.sampling.k * cfg.sampler.tasks_per_cycle
+    )  # one step per cycle's worth
     assert (args.lr_scheduler_type, args.loss_type, args.num_iterations, args.shuffle_dataset) == (
         "constant", "dapo", 1, False,
     )  # fmt: skip
@@ -52,6 +58,45 @@ def test_both_sides_are_picked_on_one_grid_and_the_ratio_is_reported(tmp_path):
     json.dumps(row)
 
 
+def test_trl_gets_its_best_learning_rate_and_each_gain_an_interval(tmp_path):
+    """A sweep: TRL runs once per learning rate, its best final policy is the one compared
+    (the flywheel keeps the recipe's rate), and each final gain is paired over the same
+    tasks, with "no resolvable difference" when the interval spans 0."""
+    bench = vs_trl.BenchConfig(minutes=10, eval_points=1, trl_lrs=[1e-5, 5e-5])
+    assert bench.trl_arms() == [1e-5, 5e-5] and vs_trl.BenchConfig().trl_arms() == [None]
+    swept = vs_trl.flywheel_config(vs_trl.with_trl_lr(bench, 5e-5), "x", str(tmp_path))
+    assert swept.trainer.learning_rate == 5e-5
+    assert vs_trl.flywheel_config(bench, "x", str(tmp_path)).trainer.learning_rate != 5e-5
+    n = 40
+    base = {
+        "side": "base",
+        "label": "base",
+        "t": 0.0,
+        "reward": 0.2,
+        "eval_tasks": n,
+        "rewards": [0] * 32 + [1] * 8,
+    }
+    trl_low = {"side": "trl", "round": 0, "lr": 1e-5, "label": "step 4", "t": 600.0, "reward": 0.225,
+               "rewards": [0] * 31 + [1] * 9}  # fmt: skip
+    trl_high = {**trl_low, "lr": 5e-5, "reward": 0.15, "rewards": [0] * 34 + [1] * 6}
+    fly = {
+        "side": "flywheel",
+        "round": 0,
+        "label": "v5",
+        "t": 590.0,
+        "reward": 0.7,
+        "rewards": [1] * 28 + [0] * 12,
+    }
+    [row] = vs_trl.summarise(bench, [base, trl_low, trl_high, fly])
+    assert row["trl_best_lr"] == 1e-5 and row["trl_finals"] == {"1e-05": 0.225, "5e-05": 0.15}
+    assert row["trl_gain"]["n"] == n and not row["trl_gain"]["resolvable"]
+    assert row["flywheel_gain"]["resolvable"] and row["flywheel_over_trl"]["ci_low"] > 0
+    text = vs_trl.table(bench, [base, trl_low, trl_high, fly], [row])
+    assert "TRL's best over the base model: +2.5 points" in text and "no resolvable difference" in text
+    vs_trl.plot(bench, [base, trl_low, trl_high, fly], [row], tmp_path / "c.png")
+    json.dumps(row)
+
+
 def test_a_reused_work_dir_must_match_the_training_flags(tmp_path):
     bench = vs_trl.BenchConfig(work_dir=str(tmp_path))
     vs_trl.prepare_work_dir(bench)
@@ -77,16 +122,18 @@ def test_the_whole_bench_runs_on_a_tiny_model(tiny_model, tmp_path):
         # A random model fails everything, so every advantage is 0: train on the equal rewards
         # anyway, with weight decay (both sides), so that each side's weights really change.
         "--set", "trainer.drop_zero_variance_groups=false", "--set", "trainer.weight_decay=0.5",
-        "--set", "trainer.learning_rate=1e-2",
+        "--set", "trainer.learning_rate=1e-2", "--trl-lrs", "1e-2,2e-2",
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=1200)
     report = json.loads((out / "points.json").read_text())
-    runs = {r["side"]: r for r in report["runs"]}
-    assert [r["side"] for r in report["runs"]] == ["flywheel", "trl"]
-    assert runs["trl"]["steps"] and runs["trl"]["same_prompt_ids"] and runs["trl"]["steps"][0]["rollout_s"] > 0
+    runs = {r["side"]: r for r in report["runs"]}  # the last TRL arm
+    assert [(r["side"], r.get("lr")) for r in report["runs"]] == [("flywheel", None), ("trl", 1e-2), ("trl", 2e-2)]
+    assert (
+        runs["trl"]["steps"] and runs["trl"]["same_prompt_ids"] and runs["trl"]["steps"][0]["rollout_s"] > 0
+    )
     assert runs["flywheel"]["steps"] and runs["flywheel"]["all_versions"] == len(runs["flywheel"]["steps"])
     evaluated = report["evaluation"]["points"]
-    assert [p["side"] for p in evaluated] == ["base", "flywheel", "trl"]
+    assert [p["side"] for p in evaluated] == ["base", "flywheel", "trl", "trl"] and len(evaluated[0]["rewards"]) == 2
     assert evaluated[1]["label"].startswith("v") and evaluated[2]["label"].startswith("step ")
-    assert len({p["probe_logprob"] for p in evaluated}) == 3  # each policy really was loaded
+    assert len({p["probe_logprob"] for p in evaluated}) == 4  # each policy really was loaded
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and "Round 0" in (out / "table.md").read_text()
