@@ -257,6 +257,9 @@ class CurriculumConfig(BaseModel):
     prior_strength: float = Field(
         2.0, gt=0, description="thompson: how many groups' worth the starting evaluation's prior counts for."
     )
+    max_arm_share: float = Field(
+        1.0, gt=0, le=1, description="thompson: the most of a cycle's fresh tasks one arm may take (breadth)."
+    )
 
 
 class ReplayConfig(BaseModel):

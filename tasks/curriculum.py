@@ -35,6 +35,7 @@ here. Not done: cross-domain transfer estimates, or closing a level.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -147,10 +148,13 @@ def posterior(stats: dict, cell, prior: dict, strength: float, base: float) -> t
 
 
 def thompson(levels: dict[str, list[int]], count: int, stats: dict, threshold: float, strength: float,
-             prior: dict | None = None, mix: dict[str, float] | None = None, seed: int = 0) -> tuple[Counter, dict]:  # fmt: skip
+             prior: dict | None = None, mix: dict[str, float] | None = None, seed: int = 0,
+             max_share: float = 1.0) -> tuple[Counter, dict]:  # fmt: skip
     """`count` tasks over the open cells, each to the cell with the highest Beta draw
     times its mixing weight (a fresh draw per task, seeded); with each cell's posterior
-    mean (the `weights` the arms table shows)."""
+    mean (the `weights` the arms table shows). No cell takes more than `max_share` of the
+    tasks (at least one), so that a cycle keeps some breadth when one arm's posterior
+    dominates."""
     prior, mix = prior or {}, mix or {}
     cells = [(d, lvl) for d, lv in levels.items() for lvl in open_levels(lv, stats, d, threshold)]
     groups = sum(st.groups for st in stats.values())
@@ -158,8 +162,10 @@ def thompson(levels: dict[str, list[int]], count: int, stats: dict, threshold: f
     beta = {c: posterior(stats, c, prior, strength, base) for c in cells}
     rng = random.Random(seed)
     out: Counter = Counter()
+    cap = max(1, math.ceil(max_share * count))
     for _ in range(count):
-        out[max(cells, key=lambda c: rng.betavariate(*beta[c]) * mix.get(c[0], 1.0))] += 1
+        free = [c for c in cells if out[c] < cap] or cells
+        out[max(free, key=lambda c: rng.betavariate(*beta[c]) * mix.get(c[0], 1.0))] += 1
     return out, {c: mix.get(c[0], 1.0) * a / (a + b) for c, (a, b) in beta.items()}
 
 

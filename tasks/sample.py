@@ -76,7 +76,8 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
         prior = eval_prior(rt.lake, rt.run_id, rt.policy_version)
         mix, seed = domain_mix(rt.domains, cfg.sampler), int(stable_id("plan", cfg.seed, cycle), 16)
         if cur.strategy == "thompson":
-            plan, weights = thompson(levels, count, stats, cur.open_threshold, cur.prior_strength, prior, mix, seed)
+            plan, weights = thompson(levels, count, stats, cur.open_threshold, cur.prior_strength, prior, mix, seed,
+                                     cur.max_arm_share)  # fmt: skip
         else:
             weights = cell_weights(levels, stats, cur.open_threshold, cur.min_weight, prior, mix)
             plan = allot(weights, count, seed)

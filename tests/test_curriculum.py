@@ -154,3 +154,16 @@ def test_thompson_follows_the_starting_evaluation_backs_off_flat_arms_and_mixes(
     assert backed_off[("a", 1)] < 0.75 * fresh[("a", 1)] and backed_off[("b", 1)] + backed_off[("c", 1)] > 50
     mixed, _ = thompson(levels, 200, flat, 0.2, 2.0, prior, mix={"c": 5.0}, seed=1)
     assert mixed[("c", 1)] > 1.5 * mixed[("b", 1)]
+
+
+def test_thompson_caps_any_arm_share_of_a_cycle():
+    """One arm whose posterior dominates takes every task uncapped; with max_share 0.25 it
+    takes 2 of 8 and the rest spread over others."""
+    from tasks.curriculum import LevelStats, thompson
+
+    levels = {f"d{i}": [1] for i in range(10)}
+    stats = {("d0", 1): LevelStats(0.5, 1.0, 40), **{(f"d{i}", 1): LevelStats(0.0, 0.0, 40) for i in range(1, 10)}}
+    uncapped, _ = thompson(levels, 8, stats, 0.2, 2.0, seed=1)
+    capped, _ = thompson(levels, 8, stats, 0.2, 2.0, seed=1, max_share=0.25)
+    assert uncapped[("d0", 1)] == 8 and capped[("d0", 1)] == 2 and sum(capped.values()) == 8
+    assert thompson(levels, 3, stats, 0.2, 2.0, seed=1, max_share=0.01)[0][("d0", 1)] == 1  # at least one
