@@ -68,7 +68,8 @@ from pathlib import Path
 import flywheel  # noqa: F401  (offline defaults: no hub, no telemetry; children inherit them)
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the two halves below, also when loaded by path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the parts below, also when loaded by path
+from vs_trl_eval import run_eval
 from vs_trl_report import SIDES, plot, summarise, table, time_to  # noqa: F401
 from vs_trl_trl import run_trl, trl_args  # noqa: F401
 
@@ -196,71 +197,6 @@ def on_grid(points: list[dict], grid: list[float]) -> list[dict]:
     return out
 
 
-# ---- the shared evaluator ----------------------------------------------------------------------
-
-
-def run_eval(bench: BenchConfig, work: Path, points: list[dict]) -> list[dict]:
-    """Greedy held-out reward of every point (the base model first) with one vLLM engine
-    that loads each saved policy in turn; rewards from the score stage's `verify`."""
-    from transformers import AutoTokenizer
-
-    from environments.registry import Domains
-    from environments.sandbox import make_sandbox
-    from flows.evaluate import eval_tasks
-    from flywheel.model_prep import resolve_model
-    from policy.chat import encode_chat
-    from policy.engines import SamplingSpec, make_engine
-    from policy.grpo import overlong_penalty
-    from tasks.score import verify
-
-    cfg = flywheel_config(bench, "eval", str(work / "unused"))
-    model_dir = resolve_model(cfg.model.path, cfg.model.cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    domains = Domains(cfg.sampler.domains)
-    tasks = eval_tasks(domains, cfg.sampler, bench.eval_per_level)
-    prompts = [encode_chat(tokenizer, t.prompt) for t in tasks]
-    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
-    if any(len(p) > budget for p in prompts):
-        raise ValueError(f"an eval prompt is longer than max_model_len - max_tokens ({budget})")
-    envs = {d: domains[d] for d in cfg.sampler.domains}
-    max_tokens, buffer = cfg.sampling.max_tokens, cfg.reward.overlong_buffer
-    spec = SamplingSpec(n=1, temperature=0.0, max_tokens=max_tokens)
-    engine = make_engine(model_dir, cfg.engine, cfg.seed)
-    sandbox = make_sandbox(cfg.sandbox)
-    results, probe = [], None
-    try:
-        for point in [{"side": "base", "label": "base", "t": 0.0, "dir": model_dir}, *points]:
-            t_start = time.time()
-            engine.load_weights(point["dir"])
-            samples = [group[0] for group in engine.generate(prompts, spec)]
-            # A fixed sequence (the first prompt, the base model's answer) scored under each
-            # policy: a policy that scores it exactly as the base did was not loaded.
-            probe = probe or (prompts[0] + samples[0].token_ids, len(prompts[0]))
-            probe_logprob = round(sum(engine.prompt_logprobs([probe[0]], [probe[1]])[0]), 6)
-            if results and probe_logprob == results[0]["probe_logprob"]:
-                print(f"WARNING: {point['side']} {point['label']} scores the probe exactly as the base model")
-            verified = verify(sandbox, [(envs[t.domain], t, s.text) for t, s in zip(tasks, samples)])
-            penalties = [overlong_penalty(len(s.token_ids), max_tokens, buffer) for s in samples]
-            rewards = [v.score.reward + penalty for v, penalty in zip(verified, penalties)]
-            by_domain = {d: _mean(r for r, t in zip(rewards, tasks) if t.domain == d) for d in envs}
-            row = {k: v for k, v in point.items() if k != "dir"}
-            row.update(reward=_mean(rewards), pass_rate=_mean(v.score.verdict == "pass" for v in verified),
-                       rewards=[round(r, 4) for r in rewards], reward_by_domain=by_domain, eval_tasks=len(tasks),
-                       probe_logprob=probe_logprob, eval_s=round(time.time() - t_start, 1))  # fmt: skip
-            results.append(row)
-            print(f"eval {point['side']:>8} {point['label']:>9} t={point['t'] / 60:6.1f} min  "
-                  f"reward {row['reward']:.3f}", flush=True)  # fmt: skip
-    finally:
-        engine.close()
-        sandbox.close()
-    return results
-
-
-def _mean(xs) -> float:
-    xs = list(xs)
-    return round(sum(xs) / len(xs), 4) if xs else float("nan")
-
-
 # ---- the driver --------------------------------------------------------------------------------
 
 
@@ -268,33 +204,24 @@ def phase(name: str, spec: Path, round_: int, log, lr: float | None = None) -> d
     """One side (or the evaluation) in a fresh process: the same start for both, and vLLM,
     DeepSpeed and TRL never share a process. A side already finished in a reused
     `--work-dir` is not run again. `lr`: one TRL arm of the learning-rate sweep."""
-    name = f"{name}-lr{lr:g}" if lr else name
-    out = spec.parent / f"{name}-r{round_}.json"
+    tag = f"{name}-lr{lr:g}" if lr else name
+    out = spec.parent / f"{tag}-r{round_}.json"
     if name != "eval" and out.exists():
-        log(f"== {name} (round {round_}): reusing {out}")
+        log(f"== {tag} (round {round_}): reusing {out}")
         return json.loads(out.read_text())
     paths = [str(REPO), os.environ.get("PYTHONPATH")]  # this checkout's packages first
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
     load_before = os.getloadavg()
     started = time.time()
-    log(f"== {name} (round {round_}) ...")
-    argv = [
-        sys.executable,
-        __file__,
-        "--phase",
-        name.split("-lr")[0],
-        "--spec",
-        str(spec),
-        "--round",
-        str(round_),
-    ]
+    log(f"== {tag} (round {round_}) ...")
+    argv = [sys.executable, __file__, "--phase", name, "--spec", str(spec), "--round", str(round_)]
     argv += ["--lr", f"{lr:g}"] if lr else []
     subprocess.run([*argv, "--result", str(out)], env=env, cwd=REPO, check=True)
     result = json.loads(out.read_text())
     result.update(process_s=round(time.time() - started, 1), load_before=load_before)
     result["load_after"] = os.getloadavg()
     out.write_text(json.dumps(result, indent=1))
-    log(f"== {name} (round {round_}) done in {result['process_s'] / 60:.1f} min")
+    log(f"== {tag} (round {round_}) done in {result['process_s'] / 60:.1f} min")
     return result
 
 
@@ -345,7 +272,8 @@ def main() -> None:
     if args.phase:  # a child process: one side, or the evaluation
         bench, work = load(args.spec)
         if args.phase == "eval":
-            result = {"points": run_eval(bench, work, json.loads((work / "to-evaluate.json").read_text()))}
+            points = json.loads((work / "to-evaluate.json").read_text())
+            result = {"points": run_eval(bench, flywheel_config(bench, "eval", str(work / "unused")), points)}
         else:
             if args.phase == "trl":
                 cfg = flywheel_config(with_trl_lr(bench, args.lr), f"trl-r{args.round}", str(work / "unused"))

@@ -11,7 +11,9 @@ Names: `rg/<name>`; `rg/<category>/*` and `rg/*` select many (environments/regis
   item), so a task is the same on every machine and in every process. The split follows
   the task's content, as for our own generators.
 - Answers are asked for in `<answer>` tags; the reference for SFT is the generator's own
-  answer, checked to score 1.0 before the task is handed out.
+  answer, checked to score 1.0 before the task is handed out. Five generators give none
+  (their scorers check a solution's validity): a witness of ours takes its place
+  (environments/rg_witness.py), checked the same way.
 - Verification runs in the sandbox, every time: several scorers `eval()` or
   `sympy.parse_expr` the answer, and one path for all is simpler than a list that goes
   stale. The sandbox needs reasoning_gym among `sandbox.libraries` (scripts/setup.sh).
@@ -21,10 +23,8 @@ Names: `rg/<name>`; `rg/<category>/*` and `rg/*` select many (environments/regis
   ARC 0.05); anything under `MIN_CREDIT` counts as 0, so a group of malformed answers has
   no reward variance to learn from. `ALL_OR_NOTHING` generators give credit any answer can
   earn (propositional_logic: 0.25 for a tautology such as P ∨ ¬P): there only a solution
-  counts, or GRPO would learn the shortcut.
-- Five generators give no answer (their scorers check a solution's validity); a witness
-  of ours (environments/rg_worker.py, environments/rg_witness.py) is the reference. A completion without an `<answer>` tag is `no_code`
-  with reward 0, without running anything.
+  counts, or GRPO would learn the shortcut. A completion without an `<answer>` tag is
+  `no_code` with reward 0, without running anything.
 
 Not done: rg's `composite` mixer (our sampler mixes domains), and levels beyond 3.
 """

@@ -248,18 +248,10 @@ class CurriculumConfig(BaseModel):
     min_weight: float = Field(
         0.1, gt=0, le=1, description="Floor on the sampling weight of a level whose groups all score alike."
     )
-    strategy: Literal["proportional", "thompson"] = Field(
-        "proportional",
-        description="proportional: tasks in proportion to each arm's share of informative groups (floored at "
-        "min_weight). thompson: each task to the arm with the highest draw from its Beta posterior (for hundreds "
-        "of arms; tasks/curriculum.py).",
-    )
-    prior_strength: float = Field(
-        2.0, gt=0, description="thompson: how many groups' worth the starting evaluation's prior counts for."
-    )
-    max_arm_share: float = Field(
-        1.0, gt=0, le=1, description="thompson: the most of a cycle's fresh tasks one arm may take (breadth)."
-    )
+    # thompson: a Beta-posterior draw per task, for hundreds of arms (tasks/curriculum.py)
+    strategy: Literal["proportional", "thompson"] = Field("proportional", description="How tasks are spread.")
+    prior_strength: float = Field(2.0, gt=0, description="thompson: groups' worth of the evaluation's prior.")
+    max_arm_share: float = Field(1.0, gt=0, le=1, description="thompson: most of a cycle one arm may take.")
 
 
 class ReplayConfig(BaseModel):

@@ -27,10 +27,11 @@ tasks go where nothing is learnt (measured, bench/README.md 2026-12-03).
 has reward variance" (its measured groups, on a prior of `prior_strength` groups' worth:
 from the starting evaluation where the run has one, else the share of informative groups
 over all arms measured so far, so that with 300 arms an untried one is not presumed as
-promising as one that has shown signal) and gives each task to the arm with
-the highest draw (times its mixing weight): arms seen flat are drawn rarely, untried ones
-often, without a floor to tune. Per-task choices (which failures come back) belong to the replay policy, not
-here. Not done: cross-domain transfer estimates, or closing a level.
+promising as one that has shown signal) and gives each task to the arm with the highest
+draw (times its mixing weight), no arm more than `max_arm_share` of a cycle: arms seen
+flat are drawn rarely, without a floor to tune. Per-task choices (which failures come
+back) belong to the replay policy, not here. Not done: cross-domain transfer estimates,
+or closing a level.
 """
 
 from __future__ import annotations
