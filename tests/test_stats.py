@@ -95,3 +95,19 @@ def test_the_run_line_names_the_version_it_compares_against():
         run_id="r", policy_version=5, rows=[], groups=[group], vs_base=[change], base_version=1
     )
     assert "(+4.2 pts vs v1, CI +1.0 to +8.3)" in eval_line(result)
+
+
+def test_zero_variance_bench_gives_the_ratio_of_shares_an_interval():
+    """bench/zero_variance.py: the issue's target is a ratio ("half of uniform's share or
+    less"), so the ratio gets its own interval: resolved below one half with 300 groups a
+    side, not with 10."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("zero_variance", Path(__file__).parents[1] / "bench" / "zero_variance.py")
+    zv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zv)
+    est, lo, hi = zv.ratio([1] * 180 + [0] * 120, [1] * 60 + [0] * 240)
+    assert abs(est - 1 / 3) < 1e-9 and lo < 1 / 3 < hi < 0.5
+    est, lo, hi = zv.ratio([1] * 6 + [0] * 4, [1] * 2 + [0] * 8)
+    assert abs(est - 1 / 3) < 1e-9 and hi > 0.5
