@@ -3,8 +3,9 @@
 # evaluation's prior; proportional, then thompson) against uniform round-robin over the same
 # rg domains at equal training compute (same cycles, tasks per cycle, k, tokens; the
 # recipe's wall cap off), one after the other (2 cores: never two at once); the thompson arm
-# starts from the proportional arm's SFT policy (v1) instead of making it again; then every
-# arm's zero-variance share (bench/zero_variance.py) and the before/after tables.
+# (with the recipe's curriculum.max_arm_share) starts from the proportional arm's SFT policy
+# (v1) instead of making it again; then every arm's zero-variance share, as a ratio of
+# uniform's, and its breadth (bench/zero_variance.py), and the before/after tables.
 #   bash bench/rg_sampler.sh [CYCLES [REFERENCES [PER_LEVEL]]]   # 13 1 2: ~1.6 h on the 2-core VM
 # REFERENCES > 0: both arms start with the SFT cold start on that many of the generators'
 # answers per domain and level (SmolLM2 writes no <answer> tags without it); PER_LEVEL: the
