@@ -48,13 +48,19 @@ def seaweedfs(tmp_path_factory):
 def vllm_server(tiny_model, tmp_path_factory):
     """A real vLLM OpenAI server serving the tiny model, with flywheel's weight pushes.
     Tests that use it push their own weights first (its weights are whatever the last
-    test left)."""
+    test left). Its teardown is the test that `stop` ends every server process (engine
+    core and workers: nothing left in its session), which a server of its own would
+    check at the cost of a second start-up (~70 s)."""
+    import os
+
     from policy.engines.vllm_server import VLLMServer
 
     srv = VLLMServer(tiny_model, max_model_len=512, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
     srv.start()
     yield srv
     srv.stop()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(srv.proc.pid, 0)
 
 
 @pytest.fixture(scope="session")

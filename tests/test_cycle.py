@@ -68,6 +68,23 @@ def test_the_run_is_tracked_in_a_real_mlflow_server(run):
     assert list((cfg.run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_the_run_publishes_its_artifacts_to_the_prefect_server(run):
+    """What the Prefect UI shows of a run: progress, per-domain tables, the cycle summary,
+    the curves and a link to the cycle's trajectories in the lake (S3 here)."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    api_url = PREFECT_API_URL.value()
+    flows = httpx.post(f"{api_url}/flow_runs/filter", json={"flow_runs": {"name": {"any_": ["flywheel-it"]}}},
+                       timeout=10).json()  # fmt: skip
+    assert [f["state_type"] for f in flows] == ["COMPLETED"]
+    artifacts = httpx.post(f"{api_url}/artifacts/filter", json={}, timeout=10).json()
+    mine = [a for a in artifacts if a["flow_run_id"] == flows[0]["id"]]
+    assert {"progress", "table", "markdown", "image"} <= {a["type"] for a in mine}
+    # Prefect stores a link artifact as markdown: "[text](url)"
+    assert any(a["key"] == "it-lake" and "(s3://flywheel-test/lake-it/trajectories/run=it/" in a["data"] for a in mine)
+
+
 DOMAINS = ["code", "math", "extraction", "data", "repair", "terminal"]
 
 

@@ -23,7 +23,7 @@ def test_ctrl_c_stops_within_ten_seconds_and_the_run_resumes(tiny_model, tmp_pat
     from prefect.settings import PREFECT_API_URL
 
     api_url = PREFECT_API_URL.value()
-    args = [sys.executable, "-m", "flywheel.cli", "run", "--model", tiny_model, "--cycles", "2", "--run-id", "stop",
+    args = [sys.executable, "-m", "flywheel.cli", "run", "--model", tiny_model, "--cycles", "1", "--run-id", "stop",
             "--set", f"runs_dir={tmp_path}", "--set", "sampler.tasks_per_cycle=2", "--set", "sampling.k=2",
             "--set", "sampling.max_tokens=16", "--set", "engine.max_model_len=512",
             "--set", "eval.before_and_after=false"]  # fmt: skip
@@ -52,7 +52,7 @@ def test_ctrl_c_stops_within_ten_seconds_and_the_run_resumes(tiny_model, tmp_pat
 
     done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "cycle 0:" in done.stdout and "cycle 1:" in done.stdout
+    assert "cycle 0:" in done.stdout  # the interrupted cycle, redone from its start
     assert "vllm" not in done.stdout.lower()  # the libraries' chatter went to the run's log
 
 

