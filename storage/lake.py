@@ -129,13 +129,19 @@ class Lake:
         return self.fs.get_file_info(self._marker(run_id, cycle)).type == pafs.FileType.File
 
     def committed_cycles(self, run_id: str) -> list[int]:
+        return sorted(self.commit_stamps(run_id))
+
+    def commit_stamps(self, run_id: str) -> dict[int, int | None]:
+        """Committed cycle -> its marker's mtime (ns). A committed cycle never changes (a
+        second commit is a no-op); only a run deleted and made anew gets new stamps, so
+        readers may cache a cycle's rows by its stamp."""
         selector = pafs.FileSelector(self._path("_commits", f"run={run_id}"), allow_not_found=True)
-        cycles = []
+        stamps = {}
         for info in self.fs.get_file_info(selector):
             name = info.base_name
             if name.startswith("cycle=") and name.endswith(".json"):
-                cycles.append(int(name[len("cycle=") : -len(".json")]))
-        return sorted(cycles)
+                stamps[int(name[len("cycle=") : -len(".json")])] = info.mtime_ns
+        return stamps
 
     def commit_cycle(self, run_id: str, cycle: int, tasks: list[TaskSpec], trajectories: list) -> dict:
         """Write a cycle's tasks and trajectories, then its marker. Re-running replaces."""

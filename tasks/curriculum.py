@@ -46,11 +46,16 @@ import duckdb
 from storage.lake import Lake
 from storage.query import GROUPS_VIEW
 
-LEVEL_STATS_SQL = """
-SELECT domain, level, avg(pass_rate) AS pass_rate, avg(informative) AS informative, count(*) AS groups
-FROM groups WHERE split = 'train' AND cycle > $cycle - $window AND cycle <= $cycle
-GROUP BY domain, level
+# Per committed cycle and arm: sums, so that any window is the sum of its cycles' rows.
+ARM_CYCLES_SQL = """
+SELECT cycle, domain, level, sum(pass_rate) AS pass_sum, sum(informative) AS informative, count(*) AS groups
+FROM groups WHERE split = 'train' GROUP BY cycle, domain, level
 """
+
+# (lake root, run, cycle, commit stamp) -> {(domain, level): (pass sum, informative, groups)}.
+# A committed cycle never changes (a re-commit gets a new stamp), so each is read once per
+# process: a long run's sampler opens only the newest cycle's files, not the window's.
+_ARM_CYCLES: dict[tuple, dict[tuple[str, int], tuple[float, float, int]]] = {}
 
 
 @dataclass
@@ -61,15 +66,33 @@ class LevelStats:
 
 
 def level_stats(lake: Lake, run_id: str, cycle: int, window: int) -> dict[tuple[str, int], LevelStats]:
-    """Measured (domain, level) stats over cycles (cycle - window, cycle]."""
-    cycles = [c for c in lake.committed_cycles(run_id) if cycle - window < c <= cycle]
-    if not cycles:
-        return {}
-    con = duckdb.connect()
-    con.register("trajectories", lake.dataset("trajectories", run_id, cycles))
-    con.execute(GROUPS_VIEW)
-    rows = con.execute(LEVEL_STATS_SQL, {"cycle": cycle, "window": window}).fetchall()
-    return {(d, lvl): LevelStats(p, i, g) for d, lvl, p, i, g in rows}
+    """Measured (domain, level) stats over cycles (cycle - window, cycle]: one query over
+    the cycles not read before in this process (ARM_CYCLES_SQL), the rest from memory."""
+    stamps = {c: t for c, t in lake.commit_stamps(run_id).items() if cycle - window < c <= cycle}
+    keys = {c: (lake.root, run_id, c, t) for c, t in stamps.items()}
+    missing = [c for c, k in keys.items() if k not in _ARM_CYCLES]
+    if missing:
+        con = duckdb.connect()
+        con.register("trajectories", lake.dataset("trajectories", run_id, missing))
+        con.execute(GROUPS_VIEW)
+        read = {c: {} for c in missing}
+        for c, d, lvl, p, i, g in con.execute(ARM_CYCLES_SQL).fetchall():
+            read[c][(d, lvl)] = (p, i, g)
+        for c in missing:
+            _ARM_CYCLES[keys[c]] = read[c]
+    sums: dict[tuple[str, int], list[float]] = {}
+    for k in keys.values():
+        for cell, row in _ARM_CYCLES[k].items():
+            acc = sums.setdefault(cell, [0.0, 0.0, 0])
+            for j, v in enumerate(row):
+                acc[j] += v
+    return {cell: LevelStats(p / g, i / g, int(g)) for cell, (p, i, g) in sums.items()}
+
+
+def forget_cycles(cycle: int | None = None) -> None:
+    """Drop the per-cycle cache, or one cycle's entries (benches time the query with it)."""
+    for k in [k for k in _ARM_CYCLES if cycle is None or k[2] == cycle]:
+        del _ARM_CYCLES[k]
 
 
 def open_levels(levels: list[int], stats: dict[tuple[str, int], LevelStats], domain: str, threshold: float) -> list[int]:

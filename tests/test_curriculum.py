@@ -1,5 +1,7 @@
 """The curriculum: levels open on measured pass rates; flat levels are sampled less."""
 
+import shutil
+import time
 from collections import Counter
 
 from environments import get_environment
@@ -41,6 +43,19 @@ def test_level_stats_from_the_lake(tmp_path):
     assert s[("code", 1)] == LevelStats(0.75, 0.5, 2)  # 3 of 4 samples pass; one group varies
     assert s[("code", 2)] == LevelStats(0.0, 0.0, 2)
     assert level_stats(lake, "r", 5, 3) == {}  # out of the window
+    # committed cycles are cached per process: a run deleted and made anew is read anew
+    time.sleep(0.05)  # a new marker mtime (a real new run is seconds later)
+    shutil.rmtree(tmp_path / "lake")
+    for tr in trajs:
+        tr.reward, tr.verdict = 1.0, "pass"
+    lake.commit_cycle("r", 0, t1 + t2, trajs)
+    assert level_stats(lake, "r", 0, 3)[("code", 2)] == LevelStats(1.0, 0.0, 2)
+    ones = make_trajectories("r", 1, t1, {t.task_id: [1, 1] for t in t1})
+    for tr in ones:
+        tr.verdict = "pass"
+    lake.commit_cycle("r", 1, t1, ones)
+    assert level_stats(lake, "r", 1, 3)[("code", 1)] == LevelStats(1.0, 0.0, 4)  # both cycles summed
+    assert level_stats(lake, "r", 1, 1)[("code", 1)] == LevelStats(1.0, 0.0, 2)
     p = plan({"code": [1, 2, 3]}, 8, s, 0.2, 0.1)
     assert p == {("code", 1): 7, ("code", 2): 1}  # level 3 shut: level 2 passes nothing
 
