@@ -53,8 +53,8 @@ FROM groups WHERE split = 'train' GROUP BY cycle, domain, level
 """
 
 # (lake root, run, cycle, commit stamp) -> {(domain, level): (pass sum, informative, groups)}.
-# A committed cycle never changes (a re-commit gets a new stamp), so each is read once per
-# process: a long run's sampler opens only the newest cycle's files, not the window's.
+# A committed cycle never changes (a run made anew gets new stamps), so each is read once
+# per process: a long run's sampler opens only the newest cycle's files, not the window's.
 _ARM_CYCLES: dict[tuple, dict[tuple[str, int], tuple[float, float, int]]] = {}
 
 
