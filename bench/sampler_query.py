@@ -65,7 +65,7 @@ def main() -> None:
             con = duckdb.connect()
             con.execute(f"CREATE VIEW trajectories AS SELECT * FROM read_parquet({files!r}, union_by_name=true)")
             con.execute(GROUPS_VIEW)
-            return con.execute(ARM_CYCLES_SQL.replace("GROUP BY", f"AND cycle > {last - window} GROUP BY")).fetchall()
+            return con.execute(f"SELECT * FROM ({ARM_CYCLES_SQL}) WHERE cycle > {last - window}").fetchall()
 
         print(f"{args.domains} domains x 3 levels ({arms} arms seen), {args.cycles} cycles x {args.tasks} tasks x {args.k}")
         for label in ("per-cycle files", "after `flywheel store compact`"):
