@@ -4,9 +4,10 @@
 # CPU), CYCLES cycles each, failure replay on and off at each seed (same seed: the same
 # first tasks), every run in one lake so all evaluations pair the same held-out tasks
 # (PER_LEVEL a domain, greedy, before and after). Runs one after another (2 cores), skips
-# a run already finished (so a killed script picks up where it stopped), then compares
+# a run already finished (so a killed script picks up where it stopped;
+# a resumed run appends to its console file), then compares
 # the sides with an interval over seeds and tasks (bench/seeds_compare.py).
-#   bash bench/replay_seeds.sh                      # 3 seeds x 2 arms x 6 cycles, ~1.7 h
+#   bash bench/replay_seeds.sh                      # 3 seeds x 2 arms x 6 cycles, ~2.5 h here
 #   SEEDS="1 2 3 4" CYCLES=8 bash bench/replay_seeds.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ for S in $SEEDS; do
     /usr/bin/time -f "   wall %e s" -a -o "$OUT/steps.log" \
       $FW run --config recipes/cpu-30min-l1.yaml --run-id "$ID" --set "store.uri=$LAKE" --set "seed=$S" \
       --set "cycles=$CYCLES" --set "replay.enabled=$([ "$ARM" = on ] && echo true || echo false)" \
-      --set eval.before_and_after=true --set "eval.in_run_tasks_per_level=$PER_LEVEL" > "$OUT/$ID.txt"
+      --set eval.before_and_after=true --set "eval.in_run_tasks_per_level=$PER_LEVEL" >> "$OUT/$ID.txt"
     cp "runs/$ID/cycles.jsonl" "$OUT/$ID-cycles.jsonl"
   done
 done
