@@ -24,12 +24,12 @@ Not done: bugs that need more than one function changed, or packages with __init
 from __future__ import annotations
 
 import json
-import secrets
 
 from environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
 from environments.audit import audit_commands, audit_python
 from environments.base import Draft, GeneratedTasks
 from environments.sandbox import Limits
+from environments.tagged import PRELUDE, new_nonce, read_tagged_output
 from storage.schema import TaskSpec
 
 VERBS = ["scale", "tally", "window", "bound", "share", "shift", "merge", "score"]
@@ -56,12 +56,8 @@ print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed or not passed else 0)
 """
 
-HIDDEN = r"""
-import importlib, json, os, signal, sys
-spec = json.loads(sys.stdin.read())
-nonce = spec["nonce"]
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+HIDDEN = PRELUDE + r"""
+import importlib, signal, sys
 sys.path.insert(0, os.getcwd())
 def on_alarm(*_):
     raise TimeoutError("test took too long")
@@ -76,8 +72,7 @@ for module, fn, args in spec["calls"]:
     except BaseException:
         signal.alarm(0)
         outputs.append(None)
-os.write(out, (nonce + json.dumps(outputs) + "\n").encode())
-os._exit(0)
+report(outputs=outputs)
 """
 
 
@@ -224,21 +219,15 @@ class CodeRepair(GeneratedTasks, MultiTurnEnvironment):
         verifier, setup = json.loads(task.verifier_json), self.setup_files(task)
         hidden = verifier["hidden"]
         hack = self._audit(ws, steps, setup, verifier["tests"])
-        nonce = secrets.token_hex(16)
+        nonce = new_nonce()
         calls = [[m, fn, args] for m, fn, args, _ in hidden]
         res = ws.run(["python", "-I", "-c", HIDDEN], stdin=json.dumps({"nonce": nonce, "calls": calls}),
                      limits=Limits(wall_s=30, output_bytes=1 << 20))  # fmt: skip
-        lines = [ln[len(nonce) :] for ln in res.stdout.splitlines() if ln.startswith(nonce)]
-        error = ""
-        try:
-            outputs = json.loads(lines[0]) if len(lines) == 1 else []
-        except ValueError:
-            outputs = []
-        if len(outputs) != len(hidden):
+        report, problem = read_tagged_output(nonce, res)
+        outputs, error = (report or {}).get("outputs"), ""
+        if not isinstance(outputs, list) or len(outputs) != len(hidden):
             outputs = [None] * len(hidden)
-            error = (
-                res.error or f"no result from the hidden tests (exit {res.exit_code}): {res.stderr[-300:]}"
-            )
+            error = res.error or f"hidden tests: {problem or 'a malformed report'}"
         passed = sum(got is not None and got == want for got, (*_, want) in zip(outputs, hidden))
         frac = passed / len(hidden)
         return self.make_score(frac, verifier["start"], frac, steps, weights=weights, passed=passed, total=len(hidden),

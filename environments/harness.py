@@ -8,30 +8,20 @@ under a per-test alarm, and sends back what it returned: canonical JSON (`call="
 exactly a `str`). The solution's prints go to /dev/null. The expected outputs never enter
 the sandbox: each domain compares on the host, so no code the solution runs, however it
 tampers with this process, can make a wrong answer compare equal. A second report line
-(a forgery) or a malformed one is reported as `forged`.
+(a forgery) or a malformed one is reported as `forged` (environments/tagged.py: the
+same report line for every sandboxed harness).
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 
 from environments.sandbox import ExecResult, Job
+from environments.tagged import PRELUDE, new_nonce, read_tagged
 
-HARNESS = r"""
-import json, os, _signal
-def read_all(fd):
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-spec = json.loads(read_all(0))
-nonce, entry, inputs, call = spec.pop("nonce"), spec["entry"], spec.pop("inputs"), spec["call"]
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the solution's prints go nowhere
-def report(**result):
-    os.write(out, (nonce + json.dumps(result) + "\n").encode())
-    os._exit(0)
+HARNESS = PRELUDE + r"""
+import _signal
+entry, inputs, call = spec["entry"], spec.pop("inputs"), spec["call"]
 def on_alarm(*_):
     raise TimeoutError("test took too long")
 _signal.signal(_signal.SIGALRM, on_alarm)
@@ -75,7 +65,7 @@ report(outputs=outputs, error=first_error, timed_out=timed_out)
 def harness_job(code: str, entry: str, inputs: list, call: str, test_timeout_s: int = 1, **extra) -> Job:
     """A sandbox job running `code` under the harness; `extra` rides along on stdin for
     the host's own use (the solution never sees the spec: the harness pops it first)."""
-    spec = {"nonce": secrets.token_hex(16), "entry": entry, "inputs": inputs, "call": call,
+    spec = {"nonce": new_nonce(), "entry": entry, "inputs": inputs, "call": call,
             "test_timeout_s": test_timeout_s, **extra}  # fmt: skip
     return Job(["python", "-I", "-c", HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
 
@@ -83,14 +73,9 @@ def harness_job(code: str, entry: str, inputs: list, call: str, test_timeout_s: 
 def read_report(job: Job, result: ExecResult) -> tuple[list, dict, str]:
     """(outputs, the harness's report, problem): problem is "" when exactly one well-formed
     report came back, "forged" for a second or malformed one, else why none came."""
-    nonce = json.loads(job.stdin)["nonce"]  # sent on stdin, unknown to the solution's author
-    lines = [ln[len(nonce) :] for ln in result.stdout.splitlines() if ln.startswith(nonce)]
-    if len(lines) > 1:
+    report, problem = read_tagged(job, result)
+    if report is None:
+        return [], {}, problem
+    if not isinstance(report.get("outputs"), list):
         return [], {}, "forged"
-    if not lines:  # the solution left before the harness could answer
-        return [], {}, f"no result from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
-    try:
-        report = json.loads(lines[0])
-        return list(report["outputs"]), report, ""
-    except (ValueError, KeyError, TypeError):
-        return [], {}, "forged"
+    return report["outputs"], report, ""

@@ -23,13 +23,12 @@ from __future__ import annotations
 import ast
 import json
 import re
-import secrets
 
 from environments.audit import audit_python
 from environments.base import Score
 from environments.code_synthesis import extract_code
 from environments.sandbox import ExecResult, Job
-from environments.verifiers import read_tagged
+from environments.tagged import PRELUDE, new_nonce, read_tagged
 
 # One definition, used on the host for the expected values and inside the harness for
 # the returned ones. Exact types only: a subclass (an int that redefines __eq__) is not
@@ -53,22 +52,8 @@ _ns: dict = {}
 exec(compile(CANON, "<canon>", "exec"), _ns)  # our own constant source, never model text  # noqa: S102
 canon = _ns["canon"]
 
-HARNESS = r"""
-import ast, json, os, _signal
-def read_all(fd):
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-spec = json.loads(read_all(0))
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-def reporter(nonce):
-    def report(**result):
-        os.write(out, (nonce + json.dumps(result) + "\n").encode())
-        os._exit(0)
-    return report
-report = reporter(spec.pop("nonce"))
+HARNESS = PRELUDE + r"""
+import ast, _signal
 def on_alarm(*_):
     raise TimeoutError("test took too long")
 _signal.signal(_signal.SIGALRM, on_alarm)
@@ -206,7 +191,7 @@ def tests_job(split: dict, completion: str, prefix: str = "", test_timeout_s: in
     total = len(split["cases"]) + (split["rest"] is not None)
     if code is None:
         return Score(0.0, "no_code", tests_total=total, error="no code in completion")
-    spec = {"nonce": secrets.token_hex(16), "entry": split["entry"], "cases": [source for source, _ in split["cases"]],
+    spec = {"nonce": new_nonce(), "entry": split["entry"], "cases": [source for source, _ in split["cases"]],
             "rest": split["rest"], "calls_check": split["calls_check"], "test_timeout_s": test_timeout_s,
             "rest_timeout_s": max(3, test_timeout_s * 3)}  # fmt: skip
     files = {"solution.py": (prefix.rstrip() + "\n\n\n" if prefix.strip() else "") + code, "model.py": code}
@@ -228,6 +213,14 @@ def score_tests(split: dict, job: Job, result: ExecResult) -> Score:
         except (ValueError, TypeError):
             pass
     passed += bool(report and report.get("rest_ok"))
+    return cases_score(result, report, problem, findings, passed, total)
+
+
+def cases_score(result: ExecResult, report: dict | None, problem: str, findings: list[str], passed: int,
+                total: int) -> Score:  # fmt: skip
+    """The verdict on a harness run of `total` cases (this file's and `python_io`'s):
+    zero as `suspected_hack` when the audit found something or the report line was forged
+    (the share that passed is kept as the penalty), else the share passed."""
     frac = passed / max(1, total)
     if findings or problem == "forged":
         why = "; ".join(findings) or "a forged or malformed result line"

@@ -24,35 +24,20 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import sys
 from dataclasses import dataclass, field
 from importlib.machinery import PathFinder
 from pathlib import Path
 
 from environments.sandbox import ExecResult, Job, Limits
-from environments.verifiers import read_tagged
+from environments.tagged import PRELUDE, new_nonce, read_tagged
 
 ROOT = "_rewards"  # where the sources sit in the job's workspace
 MAX_SOURCE_BYTES = 4 << 20
 CHUNK = 32
 
-HARNESS = r"""
-import importlib, json, math, os, sys, _signal
-def read_all(fd):
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-spec = json.loads(read_all(0))
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-def reporter(nonce):
-    def report(**result):
-        os.write(out, (nonce + json.dumps(result) + "\n").encode())
-        os._exit(0)
-    return report
-report = reporter(spec.pop("nonce"))
+HARNESS = PRELUDE + r"""
+import importlib, math, sys, _signal
 def on_alarm(*_):
     raise TimeoutError("the reward function took too long")
 _signal.signal(_signal.SIGALRM, on_alarm)
@@ -155,7 +140,7 @@ def load(specs: list[tuple[str, float]]) -> list[RewardFunction]:
 
 def _job(fn: RewardFunction, items: list[dict], timeout_s: int, probe: bool = False) -> Job:
     columns = sorted({k for i in items for k in i["columns"]})
-    spec = {"nonce": secrets.token_hex(16), "module": fn.module, "attr": fn.attr, "timeout_s": timeout_s,
+    spec = {"nonce": new_nonce(), "module": fn.module, "attr": fn.attr, "timeout_s": timeout_s,
             "items": items, "columns": columns, "probe": probe}  # fmt: skip
     limits = Limits(wall_s=timeout_s * (len(items) + 2) + 5, cpu_s=timeout_s * (len(items) + 2) + 5)
     return Job(["python", "-I", "-c", HARNESS], files=dict(fn.sources), stdin=json.dumps(spec), limits=limits)

@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import select
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from pathlib import Path
 from environments.base import SandboxEnvironment, Score, check_split, reply, split_of
 from environments.rg_worker import HARNESS
 from environments.sandbox import Job
+from environments.tagged import new_nonce
 from environments.verifiers import CODE_LIKE, tagged_report
 from storage.schema import TaskSpec, stable_id
 
@@ -199,7 +199,7 @@ def answer_job(spec: dict, completion: str) -> Job | Score:
     answer = found[-1].strip()[:MAX_ANSWER_CHARS]
     if spec["name"] in EVALUATES and CODE_LIKE.search(answer):
         return Score(0.0, "suspected_hack", tests_total=1, error="audit: code-like text in an answer rg evaluates")
-    spec = {**spec, "answer": answer, "nonce": secrets.token_hex(16)}
+    spec = {**spec, "answer": answer, "nonce": new_nonce()}
     return Job(["python", "-I", "-c", HARNESS], stdin=json.dumps(spec))
 
 

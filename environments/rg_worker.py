@@ -37,7 +37,7 @@ import sys
 import time
 
 from environments.rg_witness import witness
-from environments.verifiers import TAGGED_PRELUDE
+from environments.tagged import PRELUDE
 
 ITEM_TIMEOUT_S = 10
 
@@ -80,7 +80,7 @@ def rg_score(spec):
 """
 
 HARNESS = (
-    TAGGED_PRELUDE
+    PRELUDE
     + SCORER
     + r"""
 try:

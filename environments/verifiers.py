@@ -28,14 +28,15 @@ from __future__ import annotations
 import json
 import math
 import re
-import secrets
 from fractions import Fraction
 
 from environments.audit import audit_python
 from environments.base import Score
 from environments.code_synthesis import extract_code
 from environments.doc_extraction import check_field, find_last_object
+from environments.python_tests import cases_score
 from environments.sandbox import ExecResult, Job
+from environments.tagged import PRELUDE, new_nonce, read_tagged
 
 HOST_KINDS = ("exact", "numeric", "json_fields", "regex")
 SANDBOX_KINDS = ("math", "python_tests", "python_io")
@@ -155,27 +156,7 @@ def check_regex(pattern: str, completion: str) -> Score:
     return _graded(re.fullmatch(pattern, got.strip(), re.DOTALL) is not None, f"{got[:200]!r} does not match")
 
 
-# ---- harnesses that report one tagged line ------------------------------------------------
-# The sandbox side: the spec from stdin, its nonce taken out, what the scoring prints sent to
-# /dev/null, and `report(**result)` writing the one line tagged with the nonce, then exiting.
-# `tagged_report` is the host side. Used by math-verify's harness and reasoning-gym's.
-TAGGED_PRELUDE = r"""
-import json, os
-def read_all(fd):
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-spec = json.loads(read_all(0))
-nonce = spec.pop("nonce")
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-def report(**result):
-    os.write(out, (nonce + json.dumps(result) + "\n").encode())
-    os._exit(0)
-"""
-
-
+# ---- harnesses that report one tagged line (environments/tagged.py) ----------------------
 def tagged_report(job: Job, result: ExecResult, what: str) -> dict | Score:
     """The harness's report, or the Score when there is none to read: the sandbox broke,
     the job timed out, a line was forged, or the harness says its library is missing."""
@@ -194,7 +175,7 @@ def tagged_report(job: Job, result: ExecResult, what: str) -> dict | Score:
 
 
 # ---- math: math-verify in the sandbox -----------------------------------------------------
-MATH_HARNESS = TAGGED_PRELUDE + r"""
+MATH_HARNESS = PRELUDE + r"""
 try:
     from math_verify import parse, verify
 except ImportError as e:
@@ -215,25 +196,8 @@ except BaseException as e:
 def math_job(gold: str, completion: str) -> Job | Score:
     if CODE_LIKE.search(completion):
         return Score(0.0, "suspected_hack", tests_total=1, error="audit: code-like text in a math answer")
-    spec = {"nonce": secrets.token_hex(16), "gold": str(gold), "completion": completion[-MAX_ANSWER_CHARS:]}
+    spec = {"nonce": new_nonce(), "gold": str(gold), "completion": completion[-MAX_ANSWER_CHARS:]}
     return Job(["python", "-I", "-c", MATH_HARNESS], stdin=json.dumps(spec))
-
-
-def read_tagged(job: Job, result: ExecResult) -> tuple[dict | None, str]:
-    """(the harness's report, problem): problem is "" for exactly one well-formed line
-    tagged with the job's nonce, "forged" for more than one or a malformed one, else why
-    none came back."""
-    nonce = json.loads(job.stdin)["nonce"]
-    lines = [ln[len(nonce) :] for ln in result.stdout.splitlines() if ln.startswith(nonce)]
-    if len(lines) > 1:
-        return None, "forged"
-    if not lines:
-        return None, f"no result from the harness (exit {result.exit_code}): {result.stderr[-300:]}"
-    try:
-        report = json.loads(lines[0])
-    except ValueError:
-        return None, "forged"
-    return (report, "") if isinstance(report, dict) else (None, "forged")
 
 
 def score_math(job: Job, result: ExecResult) -> Score:
@@ -246,22 +210,8 @@ def score_math(job: Job, result: ExecResult) -> Score:
 
 
 # ---- python_io: a program's stdout for each stdin ------------------------------------------
-IO_HARNESS = r"""
-import io, json, os, sys, _signal
-def read_all(fd):
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-spec = json.loads(read_all(0))
-out = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-def reporter(nonce):
-    def report(**result):
-        os.write(out, (nonce + json.dumps(result) + "\n").encode())
-        os._exit(0)
-    return report
-report = reporter(spec.pop("nonce"))
+IO_HARNESS = PRELUDE + r"""
+import io, sys, _signal
 def on_alarm(*_):
     raise TimeoutError("case took too long")
 _signal.signal(_signal.SIGALRM, on_alarm)
@@ -296,7 +246,7 @@ def io_job(completion: str, inputs: list[str], case_timeout_s: int = 2) -> Job |
     code = extract_code(completion, "main")
     if not code or not code.strip():
         return Score(0.0, "no_code", tests_total=len(inputs), error="no code in completion")
-    spec = {"nonce": secrets.token_hex(16), "inputs": inputs, "case_timeout_s": case_timeout_s}
+    spec = {"nonce": new_nonce(), "inputs": inputs, "case_timeout_s": case_timeout_s}
     return Job(["python", "-I", "-c", IO_HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
 
 
@@ -315,17 +265,7 @@ def score_io(job: Job, result: ExecResult, expected: list[str]) -> Score:
     report, problem = read_tagged(job, result)
     outputs = report.get("outputs", []) if report else []
     passed = sum(isinstance(got, str) and _lines(got) == _lines(want) for got, want in zip(outputs, expected))
-    frac = passed / max(1, total)
-    if findings or problem == "forged":
-        why = "; ".join(findings) or "a forged or malformed result line"
-        return Score(0.0, "suspected_hack", outcome=frac, penalty=-frac, tests_passed=passed, tests_total=total,
-                     error="audit: " + why)  # fmt: skip
-    if result.timed_out:
-        return Score(0.0, "timeout", tests_total=total, error="verification timed out")
-    if report is None:
-        return Score(0.0, "fail", tests_total=total, error=problem)
-    verdict = "pass" if passed == total else "fail"
-    return Score(frac, verdict, outcome=frac, tests_passed=passed, tests_total=total, error=report.get("error", ""))
+    return cases_score(result, report, problem, findings, passed, total)
 
 
 def is_finite_number(value) -> bool:
