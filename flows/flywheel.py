@@ -70,11 +70,8 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
 def cycle_summary(rt: Runtime, cycle: int, timings: dict, update_metrics: dict) -> CycleSummary:
     con = connect(rt.lake, rt.run_id)
     row = con.execute(
-        """SELECT count(DISTINCT task_id), count(*), avg(reward), avg((verdict = 'pass')::INT),
-                  count(DISTINCT task_id) FILTER (WHERE origin = 'replay')
-           FROM trajectories WHERE cycle = ?""",
-        [cycle],
-    ).fetchone()
+        "SELECT tasks, trajectories, mean_reward, pass_rate, replayed_tasks FROM cycles WHERE cycle = ?", [cycle]
+    ).fetchone() or (0, 0, 0.0, 0.0, 0)
     summary = CycleSummary(
         run_id=rt.run_id, cycle=cycle, policy_version=rt.policy_version, tasks=row[0],
         replayed_tasks=row[4], trajectories=row[1], mean_reward=round(row[2] or 0.0, 4),

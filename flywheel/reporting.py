@@ -52,9 +52,7 @@ def artifact_key(*parts) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in text)[:120]
 
 
-CURVE_SQL = """
-SELECT cycle, avg(reward), avg((verdict = 'pass')::INT) FROM trajectories GROUP BY cycle ORDER BY cycle
-"""
+CURVE_SQL = "SELECT cycle, mean_reward, pass_rate FROM cycles ORDER BY cycle"  # storage/query.py's view
 
 
 def publish_table(run_id: str, name: str, rows: list[dict], description: str) -> None:
