@@ -101,7 +101,7 @@ def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, p
     domain's reference reply. The seed is apart from the sampler's, so these tasks are
     not the ones RL then draws (both are train split; the eval split is never touched).
     """
-    from flywheel.runtime import build_domains
+    from flywheel.run_domains import build_domains
     from policy.multiturn import play_reference
     from tasks.sample import sampled_levels
 

@@ -187,7 +187,7 @@ def domains(
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"bad configuration: {exc}", fg="red", err=True)
         raise typer.Exit(2)
-    from flywheel.runtime import trace_source
+    from flywheel.run_domains import trace_source
 
     infos = available(config.sampler.domains, config.eval.files, trace_source(config))
     rows = [("domain", "kind", "levels", "source", "notes")]

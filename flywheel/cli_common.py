@@ -60,7 +60,8 @@ def preflight(config: FlywheelConfig) -> None:
     from environments.registry import DomainError
     from environments.reward_functions import RewardFunctionError, load
     from flywheel.model_prep import ModelError
-    from flywheel.runtime import build_domains, check_inputs
+    from flywheel.run_domains import build_domains
+    from flywheel.runtime import check_inputs
     from policy.lora import LoraTargetError
     from storage.lake import LakeError
 

@@ -5,8 +5,8 @@ Built once per flow run from the config, so stages never branch on a backend: th
 the interfaces. Start-up checks the cheap things first (model path, lake reachable,
 domains and task files readable, sandbox works, reward functions import there) so that
 bad input stops in seconds with a message naming it, before minutes go into starting
-vLLM and DeepSpeed. Rows a task file could not use are written to
-`<run dir>/quarantine/` with their file, line and reason.
+vLLM and DeepSpeed. The domains come from flywheel/run_domains.py (shared with the
+fan-out's shards, which build them without the rest of a runtime).
 
 The policy manifest (in the lake, storage/policies.py) records which policy version is
 current, where its weights and checkpoint are, and which cycle's update made it: a
@@ -16,16 +16,15 @@ repeats an update.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 from environments import reward_functions
-from environments.registry import DomainError, Domains, expand_all, mixture
 from environments.sandbox import make_sandbox
 from flywheel.config import FlywheelConfig
 from flywheel.fanout import make_fanout
 from flywheel.model_prep import resolve_model
+from flywheel.run_domains import build_domains, write_quarantine
 from storage.lake import Lake
 from storage.policies import PolicyStore
 from tasks.context import StageContext
@@ -43,46 +42,6 @@ def check_inputs(config: FlywheelConfig, say=log.info) -> tuple[str, Lake]:
 
         check_targets(model_dir, config.trainer.lora)
     return model_dir, Lake(config.lake_uri, config.store.endpoint, config.store.region)
-
-
-def domain_specs(config: FlywheelConfig) -> list[str]:
-    """Every domain the run touches: the sampler's and the eval suites'."""
-    return list(dict.fromkeys([*config.sampler.domains, *(f"file:{f}" for f in config.eval.files)]))
-
-
-def trace_source(config: FlywheelConfig):
-    """Where `traces:` domains read: the run's lake (or store.uri), and the workloads'
-    verifiers; None when the config names no lake (no run id, no store.uri)."""
-    from environments.traces import TraceSource
-
-    if not (config.run_id or config.store.uri):
-        return None
-    workloads = json.dumps({k: v.model_dump() for k, v in config.workloads.items()}, sort_keys=True)
-    return TraceSource(config.lake_uri, config.store.endpoint, config.store.region, workloads)
-
-
-def build_domains(config: FlywheelConfig) -> Domains:
-    """The run's domains; raises DomainError naming a domain or file that is unusable,
-    or a sampled domain that is eval-only."""
-    domains = Domains(domain_specs(config), config.eval.files, trace_source(config))
-    mixture(config.sampler.domains, config.sampler.weights)  # a weight for no entry stops here
-    eval_only = {f"file:{f}" for f in config.eval.files}
-    for spec in expand_all(config.sampler.domains):
-        if spec in eval_only:
-            raise DomainError(
-                f"domain {spec} is in eval.files (eval-only): it cannot be sampled for training"
-            )
-    return domains
-
-
-def write_quarantine(domains: Domains, run_dir: Path, say=log.info) -> None:
-    for env in domains:
-        bad = getattr(env, "quarantined", None)
-        if bad:
-            path = run_dir / "quarantine" / f"{Path(env.path).name}.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(json.dumps(q) + "\n" for q in bad))
-            say(f"{env.path}: {len(bad)} rows quarantined ({env.rows} usable), reasons in {path}")
 
 
 class Runtime:

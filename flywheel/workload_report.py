@@ -48,7 +48,7 @@ def _interval(k: int, n: int) -> str:
 
 def workload_rows(config: FlywheelConfig) -> list[dict]:
     from environments.registry import DomainError, resolve_traces
-    from flywheel.runtime import trace_source
+    from flywheel.run_domains import trace_source
     from storage import evals
     from storage.query import connect
 

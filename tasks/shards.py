@@ -86,7 +86,7 @@ class ShardParts:
 
     @property
     def domains(self):
-        from flywheel.runtime import build_domains
+        from flywheel.run_domains import build_domains
 
         return _part(("domains", self.config.model_dump_json(include={"sampler", "eval"})), lambda: build_domains(self.config))
 

@@ -12,7 +12,7 @@ import pytest
 from environments.registry import DomainError
 from flows.ingest import ingest_file
 from flywheel.config import FlywheelConfig, IngestConfig
-from flywheel.runtime import build_domains
+from flywheel.run_domains import build_domains
 from storage.lake import Lake
 from storage.schema import TASK_SCHEMA, TRAJECTORY_SCHEMA, to_table
 from storage.traces import TraceStore
