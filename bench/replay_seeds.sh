@@ -31,5 +31,6 @@ for S in $SEEDS; do
   done
 done
 ids() { local out=""; for S in $SEEDS; do out+="${out:+,}replay-$1-s$S"; done; echo "$out"; }
-.venv/bin/python bench/seeds_compare.py --store "$LAKE" --a "$(ids off)" --b "$(ids on)" | tee "$OUT/compare.md"
+.venv/bin/python bench/seeds_compare.py --store "$LAKE" --a "$(ids off)" --b "$(ids on)" \
+  --names "replay off,replay on" --png "$OUT/replay.png" | tee "$OUT/compare.md"
 sed -i "s|$PWD/||g" "$OUT"/*.txt

@@ -43,6 +43,8 @@ def main() -> None:
     ap.add_argument("--store", required=True, help="the lake all runs wrote to")
     ap.add_argument("--a", required=True, help="comma-separated run ids of side a (the baseline)")
     ap.add_argument("--b", required=True, help="comma-separated run ids of side b")
+    ap.add_argument("--names", default="a,b", help="what to call the sides in the picture")
+    ap.add_argument("--png", help="also draw each run's start and final pass@1 with intervals here")
     args = ap.parse_args()
     sides = {"a": args.a.split(","), "b": args.b.split(",")}
     got = {side: [final_scores(args.store, r) for r in runs] for side, runs in sides.items()}
@@ -62,6 +64,42 @@ def main() -> None:
         sides_of = {side: [pick(f, g, group) for _, f, _, g in got[side]] for side in got}
         p = seeds_paired(sides_of["a"], sides_of["b"])
         print(f"- {group}: a {p.mean_a:.3f}, b {p.mean_b:.3f}: {p.describe()}")
+    if args.png:
+        names = dict(zip(sides, args.names.split(",")))
+        draw(args.png, {names[side]: list(zip(runs, got[side])) for side, runs in sides.items()})
+
+
+def draw(path: str, sides: dict) -> None:
+    """Each run as a line from its starting to its final pass@1, Wilson intervals as bars,
+    the sides side by side: whether seeds agree is seen at a glance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    for i, (name, runs) in enumerate(sides.items()):
+        for j, (run_id, (version, final, start, _)) in enumerate(runs):
+            xs = [2 * i + j * 0.12, 2 * i + 1 + j * 0.12]
+            ys, errs = [], [[], []]
+            for scores in (start, final):
+                k, n = sum(scores.values()), len(scores)
+                lo, hi = wilson(k, n)
+                ys.append(k / n)
+                errs[0].append(k / n - lo)
+                errs[1].append(hi - k / n)
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, color=f"C{i}",
+                        label=name if j == 0 else None, alpha=0.8)  # fmt: skip
+    mid = 0.06 * (max(len(runs) for runs in sides.values()) - 1)
+    ax.set_xticks([2 * i + d + mid for i in range(len(sides)) for d in (0, 1)])
+    ax.set_xticklabels([f"{name}\nv0" if d == 0 else f"{name}\nfinal" for name in sides for d in (0, 1)])
+    ax.set_ylabel("held-out pass@1 (greedy)")
+    ax.set_title("each seed: start -> final, 95% Wilson intervals")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def pick(scores: dict, group_of: dict, group: str) -> dict:
