@@ -228,6 +228,8 @@ class CodeRepair(GeneratedTasks, MultiTurnEnvironment):
         if not isinstance(outputs, list) or len(outputs) != len(hidden):
             outputs = [None] * len(hidden)
             error = res.error or f"hidden tests: {problem or 'a malformed report'}"
+        if problem == "forged":  # as every harness treats it (environments/tagged.py)
+            hack = [*hack, "a forged or malformed result line from the hidden tests"]
         passed = sum(got is not None and got == want for got, (*_, want) in zip(outputs, hidden))
         frac = passed / len(hidden)
         return self.make_score(frac, verifier["start"], frac, steps, weights=weights, passed=passed, total=len(hidden),

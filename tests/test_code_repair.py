@@ -101,3 +101,25 @@ def test_an_untouched_repository_never_passes_the_hidden_tests():
         for split, n in (("train", 40), ("eval", 15)):
             for task in env.make_tasks(split, level, 0, n):
                 assert json.loads(task.verifier_json)["start"] < 1.0, (level, task.task_id)
+
+
+def test_a_forged_hidden_test_report_is_a_suspected_hack():
+    """Pure verdict logic (the workspace is a stand-in): two lines tagged with the job's
+    nonce score zero as `suspected_hack`, as every sandboxed harness treats a forgery."""
+    from environments.sandbox import ExecResult
+
+    task = tasks(1, 1)[0]
+    files = ENV.setup_files(task)
+
+    class Workspace:
+        def read_file(self, path):
+            return files[path]
+
+        def run(self, argv, stdin="", limits=None):
+            nonce, n = json.loads(stdin)["nonce"], len(json.loads(stdin)["calls"])
+            line = nonce + json.dumps({"outputs": [None] * n})
+            return ExecResult(exit_code=0, stdout=f"{line}\n{line}\n", stderr="", duration_s=0.1)
+
+    score = ENV.final_score(task, Workspace(), [])
+    assert (score.reward, score.verdict) == (0.0, "suspected_hack"), score
+    assert "forged" in score.error
