@@ -10,9 +10,10 @@ Two rules, both computed from the last `window_cycles` committed cycles of the r
   task got the same reward: nothing for GRPO to learn from) is sampled less: its weight
   is the share of its groups with reward variance, floored at `min_weight`; a level not
   tried yet has weight 1, or, when the run evaluated its starting policy
-  (eval.before_and_after), the share of that cell's held-out tasks it earned any reward
-  on (`eval_prior`), so a first cycle does not spend its samples where the model has no
-  signal at all.
+  (eval.before_and_after, or `flywheel eval` of that version), the chance its evaluation
+  suggests that a group varies (`eval_prior`): low where the model earned no reward and
+  where it solved every task, so a first cycle spends its samples neither where the
+  model has no signal nor where SFT already taught the cell.
 
 A cell's weight is also multiplied by its domain's mixing weight (sampler.weights). Fresh
 tasks are then split across the weighted (domain, level) cells: whole parts first, the
@@ -95,7 +96,9 @@ def forget_cycles(cycle: int | None = None) -> None:
         del _ARM_CYCLES[k]
 
 
-def open_levels(levels: list[int], stats: dict[tuple[str, int], LevelStats], domain: str, threshold: float) -> list[int]:
+def open_levels(
+    levels: list[int], stats: dict[tuple[str, int], LevelStats], domain: str, threshold: float
+) -> list[int]:
     """The configured levels of `domain` open now: the lowest, and each whose predecessor
     passes `threshold` (or was itself measured, so it opened earlier)."""
     levels = sorted(levels)
@@ -110,11 +113,10 @@ def open_levels(levels: list[int], stats: dict[tuple[str, int], LevelStats], dom
     return opened
 
 
-def eval_prior(lake: Lake, run_id: str, version: int) -> dict[tuple[str, int], float]:
-    """Per (domain, level), the share of held-out tasks the policy `version` (or the
-    latest evaluated one before it) earned any reward on, greedily: where that is 0 the
-    samples of a group will most likely all score 0 too, so nothing is learnt there yet.
-    Empty when the run has no evaluation (eval.before_and_after off)."""
+def eval_prior(lake: Lake, run_id: str, version: int, k: int = 8) -> dict[tuple[str, int], float]:
+    """Per (domain, level), the chance a group of `k` samples has reward variance, as the
+    policy `version`'s (or the latest evaluated one before it) greedy held-out evaluation
+    suggests (`variance_chance`). Empty when the run has no evaluation."""
     from storage import evals
 
     con = evals.connect(lake, run_id)
@@ -122,9 +124,22 @@ def eval_prior(lake: Lake, run_id: str, version: int) -> dict[tuple[str, int], f
                       [version]).fetchone()  # fmt: skip
     if row[0] is None:
         return {}
-    rows = con.execute("SELECT domain, level, with_reward FROM eval_cells WHERE mode = 'greedy' AND policy_version = ?",
-                       [row[0]]).fetchall()  # fmt: skip
-    return {(d, lvl): share for d, lvl, share in rows}
+    rows = con.execute("SELECT domain, level, tasks, solved, with_reward FROM eval_cells "
+                       "WHERE mode = 'greedy' AND policy_version = ?", [row[0]]).fetchall()  # fmt: skip
+    return {(d, lvl): variance_chance(n, solved, share, k) for d, lvl, n, solved, share in rows}
+
+
+def variance_chance(tasks: int, solved: int, with_reward: float, k: int) -> float:
+    """Both ends of "nothing to learn" from one greedy evaluation of a cell. Where the
+    policy earned no reward, a group's samples will most likely all score 0: the share of
+    tasks with any reward bounds the chance from above. Where it solves every task (a cell
+    SFT has saturated), all `k` samples most likely pass: with a per-sample pass chance p
+    (the solved share, smoothed by half a task each way so that 32 of 32 is not certainty)
+    a group has variance with chance at most 1 - p**k. Greedy passes more often than
+    sampling at temperature 1, so this is a prior for the posterior to correct, not a
+    measurement."""
+    p = (solved + 0.5) / (tasks + 1)
+    return min(with_reward, 1 - p**k)
 
 
 def cell_weights(levels: dict[str, list[int]], stats: dict, threshold: float, min_weight: float,

@@ -73,7 +73,7 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
     if cfg.curriculum.enabled:
         cur = cfg.curriculum
         stats = level_stats(rt.lake, rt.run_id, cycle - 1, cur.window_cycles)
-        prior = eval_prior(rt.lake, rt.run_id, rt.policy_version)
+        prior = eval_prior(rt.lake, rt.run_id, rt.policy_version, cfg.sampling.k)
         mix, seed = domain_mix(rt.domains, cfg.sampler), int(stable_id("plan", cfg.seed, cycle), 16)
         if cur.strategy == "thompson":
             plan, weights = thompson(levels, count, stats, cur.open_threshold, cur.prior_strength, prior, mix, seed,

@@ -69,7 +69,9 @@ def test_over_long_prompts_are_quarantined_not_fatal(tmp_path):
     from tasks.sample import quarantine_long_prompts
 
     tok = AutoTokenizer.from_pretrained(resolve_model(None, None))
-    tasks = get_environment("math").make_tasks("train", 1, 0, 2) + get_environment("data").make_tasks("train", 3, 0, 2)
+    tasks = get_environment("math").make_tasks("train", 1, 0, 2) + get_environment("data").make_tasks(
+        "train", 3, 0, 2
+    )
     path = tmp_path / "q" / "cycle-0.jsonl"
     kept = quarantine_long_prompts(tasks, tok, 300, path)
     assert [t.domain for t in kept] == ["math", "math"]
@@ -147,11 +149,18 @@ def test_thompson_spends_hundreds_of_arms_where_groups_vary():
     levels = {f"rg/d{i}": [1] for i in range(300)}
     cells = sorted((d, 1) for d in levels)
     rng = random.Random(3)
-    prior = {(f"rg/d{i}", 1): sum(rng.random() < (0.5 if i < 20 else 0.03) for _ in range(2)) / 2 for i in range(300)}
+    prior = {
+        (f"rg/d{i}", 1): sum(rng.random() < (0.5 if i < 20 else 0.03) for _ in range(2)) / 2
+        for i in range(300)
+    }
     uniform = _simulate(lambda s, c: Counter(cells[(c * 8 + i) % 300] for i in range(8)))
     proportional = _simulate(lambda s, c: allot(cell_weights(levels, s, 0.2, 0.1, prior), 8, seed=c))
     drawn = _simulate(lambda s, c: thompson(levels, 8, s, 0.2, 2.0, prior, seed=c)[0])
-    assert uniform > 0.9 and drawn < uniform / 2 and drawn < proportional - 0.2, (uniform, proportional, drawn)
+    assert uniform > 0.9 and drawn < uniform / 2 and drawn < proportional - 0.2, (
+        uniform,
+        proportional,
+        drawn,
+    )
     blind = _simulate(lambda s, c: thompson(levels, 8, s, 0.2, 2.0, seed=c)[0])
     assert blind < _simulate(lambda s, c: allot(cell_weights(levels, s, 0.2, 0.1), 8, seed=c)) - 0.05
 
@@ -163,7 +172,9 @@ def test_thompson_follows_the_starting_evaluation_backs_off_flat_arms_and_mixes(
     prior = {("a", 1): 1.0, ("b", 1): 0.0, ("c", 1): 0.0}
     fresh, means = thompson(levels, 200, {}, 0.2, 2.0, prior, seed=1)
     assert fresh[("a", 1)] > 150 and means[("a", 1)] > means[("b", 1)]
-    assert thompson(levels, 8, {}, 0.2, 2.0, prior, seed=3) == thompson(levels, 8, {}, 0.2, 2.0, prior, seed=3)
+    assert thompson(levels, 8, {}, 0.2, 2.0, prior, seed=3) == thompson(
+        levels, 8, {}, 0.2, 2.0, prior, seed=3
+    )
     flat = {("a", 1): LevelStats(1.0, 0.0, 30)}  # measured: every group alike, whatever the prior said
     backed_off, _ = thompson(levels, 200, flat, 0.2, 2.0, prior, seed=1)
     assert backed_off[("a", 1)] < 0.75 * fresh[("a", 1)] and backed_off[("b", 1)] + backed_off[("c", 1)] > 50
@@ -177,8 +188,32 @@ def test_thompson_caps_any_arm_share_of_a_cycle():
     from tasks.curriculum import LevelStats, thompson
 
     levels = {f"d{i}": [1] for i in range(10)}
-    stats = {("d0", 1): LevelStats(0.5, 1.0, 40), **{(f"d{i}", 1): LevelStats(0.0, 0.0, 40) for i in range(1, 10)}}
+    stats = {
+        ("d0", 1): LevelStats(0.5, 1.0, 40),
+        **{(f"d{i}", 1): LevelStats(0.0, 0.0, 40) for i in range(1, 10)},
+    }
     uncapped, _ = thompson(levels, 8, stats, 0.2, 2.0, seed=1)
     capped, _ = thompson(levels, 8, stats, 0.2, 2.0, seed=1, max_share=0.25)
     assert uncapped[("d0", 1)] == 8 and capped[("d0", 1)] == 2 and sum(capped.values()) == 8
     assert thompson(levels, 3, stats, 0.2, 2.0, seed=1, max_share=0.01)[0][("d0", 1)] == 1  # at least one
+
+
+def test_the_evaluation_prior_backs_off_cells_sft_saturated_as_well_as_cells_without_signal():
+    """After SFT the starting evaluation solves some cells outright: their groups of 8 will
+    mostly all pass, so the prior is low there as it is where nothing earned reward, and the
+    first cycle goes to the cell in between (the proof recipe's shape: code 32/32, math 0/32,
+    data 24/32)."""
+    from tasks.curriculum import thompson, variance_chance
+
+    code, math, data = (
+        variance_chance(32, 32, 1.0, 8),
+        variance_chance(32, 0, 0.03, 8),
+        variance_chance(32, 24, 0.8, 8),
+    )
+    assert code < 0.15 and math == 0.03 and data > 0.75
+    assert variance_chance(32, 31, 1.0, 1) < variance_chance(
+        32, 31, 1.0, 8
+    )  # more samples, more chance to differ
+    prior = {("code", 1): code, ("math", 1): math, ("data", 1): data}
+    fresh, _ = thompson({"code": [1], "math": [1], "data": [1]}, 200, {}, 0.2, 2.0, prior, seed=1)
+    assert fresh[("data", 1)] > 120 and fresh[("data", 1)] > fresh[("code", 1)] + fresh[("math", 1)]
