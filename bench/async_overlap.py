@@ -36,8 +36,8 @@ def run(mode: str, lag: int, args, runs_dir: Path) -> Path:
     cmd = [
         sys.executable, "-m", "flywheel.cli", "run", "--run-id", mode, "--cycles", str(args.cycles),
         "--set", f"runs_dir={runs_dir}", "--set", f"pipeline.max_policy_lag={lag}",
-        "--set", f"sampler.tasks_per_cycle={args.tasks}", "--set", f"sampling.k={args.k}",
-        "--set", f"sampling.max_tokens={args.max_tokens}", "--set", f"sampler.domains={args.domains}",
+        "--set", f"sampler.tasks_per_cycle={args.tasks}", "--set", f"generation.k={args.k}",
+        "--set", f"generation.max_tokens={args.max_tokens}", "--set", f"sampler.domains={args.domains}",
         "--set", "trainer.learning_rate=2e-5",
     ]  # fmt: skip
     if args.model:

@@ -66,14 +66,14 @@ def main() -> None:
     from tasks.context import StageContext
 
     config = FlywheelConfig(
-        run_id="bench", sampling={"k": args.n, "max_tokens": args.max_tokens}, engine={"dtype": args.dtype}
+        run_id="bench", generation={"k": args.n, "max_tokens": args.max_tokens}, engine={"dtype": args.dtype}
     )
     model = resolve_model(args.model or config.model.path, config.model.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
     tasks = code_tasks(args.tasks)
     engine = VLLMEngine(model, config.engine, config.seed)
     ctx = StageContext(config=config, run_id="bench", cycle=0, label="train", policy_version=0, policy_lag=0,
-                       sampling=config.sampling)  # fmt: skip
+                       generation=config.generation)  # fmt: skip
     parts = Parts(engine, tokenizer, Domains(["code"]))
     prompts = [encode_chat(tokenizer, t.prompt) for t in tasks]
     engine.generate(prompts[:1], stage.sampling_spec(ctx).__class__(n=1, max_tokens=8))  # warm-up

@@ -15,7 +15,7 @@ RUN=gpu-smoke-$(date +%s)
 start=$(date +%s)
 timeout 600 $PY -m flywheel.cli run --cycles 1 --run-id "$RUN" \
   --set sandbox.backend=$SANDBOX --set engine.dtype=bfloat16 --set trainer.bf16=true \
-  --set sampler.tasks_per_cycle=64 --set sampling.k=8 \
+  --set sampler.tasks_per_cycle=64 --set generation.k=8 \
   --set trainer.micro_batch_tokens=32768
 echo "gpu_smoke: wall $(( $(date +%s) - start ))s"
 $PY bench/gpu_report.py "runs/$RUN" --peak-tflops "$PEAK"

@@ -79,7 +79,7 @@ def judged_run(url: str, cycles: int, tmp: Path) -> list[dict]:
     cfg = FlywheelConfig(
         run_id="judge-bench", runs_dir=str(tmp / "runs"), cycles=cycles,
         sampler={"domains": ["traces:invoices"], "levels": [1], "tasks_per_cycle": 8},
-        workloads={"invoices": {"verifier": "json_fields"}}, sampling={"k": 8, "max_tokens": 64},
+        workloads={"invoices": {"verifier": "json_fields"}}, generation={"k": 8, "max_tokens": 64},
         reward={"judge": {"rubric": RUBRIC, "base_url": url, "weight": 0.5}},
         eval={"before_and_after": False}, cold_start={"references": 8},
     )  # fmt: skip

@@ -5,7 +5,7 @@
 `repair` and `terminal` tasks (level 1, `tasks` of each, k trajectories per task) played
 by the generate stage's own code (`tasks.generate.play_episodes`: the episode runner, the
 flywheel's vLLM engine, the bwrap sandbox pool with `concurrency` workspaces), with
-`sampling.continuous_turns` off (lockstep: one generate call per turn for every live
+`generation.continuous_turns` off (lockstep: one generate call per turn for every live
 trajectory, a wave's trajectories released together) and on (each turn joins vLLM's
 running batch as soon as its tools return; a freed workspace takes the next trajectory
 at once), and "before": the runner and stage as they were before continuous turns
@@ -81,7 +81,7 @@ def main() -> None:
 
     config = FlywheelConfig(
         run_id="bench",
-        sampling={"k": args.k, "max_tokens": args.max_tokens, "max_turns": args.max_turns},
+        generation={"k": args.k, "max_tokens": args.max_tokens, "max_turns": args.max_turns},
         sandbox={"concurrency": args.concurrency},
     )
     model = resolve_model(args.model or config.model.path, config.model.cache_dir)
@@ -98,9 +98,9 @@ def main() -> None:
     arms = {"before": before(args.before), "lockstep": stage.play_episodes, "continuous": stage.play_episodes}
 
     def play(name: str) -> tuple[float, int, int, int]:
-        sampling = config.sampling.model_copy(update={"continuous_turns": name == "continuous"})
+        generation = config.generation.model_copy(update={"continuous_turns": name == "continuous"})
         ctx = StageContext(config=config, run_id="bench", cycle=0, label="train", policy_version=0,
-                           policy_lag=0, sampling=sampling)  # fmt: skip
+                           policy_lag=0, generation=generation)  # fmt: skip
         t0 = time.perf_counter()
         rollouts = arms[name](parts, ctx, tasks, stage.sampling_spec(ctx))
         seconds = time.perf_counter() - t0

@@ -90,9 +90,9 @@ class Assumed:
     zero3_eff_per_doubling: float = 0.95  # efficiency kept per doubling of trainer GPUs beyond a node
     gpus_per_node: int = 8
     sandbox_cores_per_gpu: float = 10.0  # DGX H100: 112 cores / 8 GPUs = 14, less ~4 for engines, trainer
-    k: int = 4  # samples per prompt (sampling.k): prompts prefilled once per group
+    k: int = 4  # samples per prompt (generation.k): prompts prefilled once per group
     traj_per_gpu: int = 128  # batch per cycle grows with the cluster (weak scaling)
-    max_tokens: int = 256  # sampling.max_tokens: the longest sequence sets the rollout's tail
+    max_tokens: int = 256  # generation.max_tokens: the longest sequence sets the rollout's tail
     driver_procs: int = 1  # processes doing host-side scoring: one (the flow process) today
     lake_writers: int = 1  # trajectory writers per cycle: one today
     ckpt_gb_s_per_node: float = 2.0  # a node's write bandwidth to the lake (S3-class object store)

@@ -28,11 +28,11 @@ def run_eval(bench, cfg, points: list[dict]) -> list[dict]:
     domains = Domains(cfg.sampler.domains)
     tasks = eval_tasks(domains, cfg.sampler, bench.eval_per_level)
     prompts = [encode_chat(tokenizer, t.prompt) for t in tasks]
-    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    budget = cfg.engine.max_model_len - cfg.generation.max_tokens
     if any(len(p) > budget for p in prompts):
         raise ValueError(f"an eval prompt is longer than max_model_len - max_tokens ({budget})")
     envs = {d: domains[d] for d in cfg.sampler.domains}
-    max_tokens, buffer = cfg.sampling.max_tokens, cfg.reward.overlong_buffer
+    max_tokens, buffer = cfg.generation.max_tokens, cfg.reward.overlong_buffer
     spec = SamplingSpec(n=1, temperature=0.0, max_tokens=max_tokens)
     engine = make_engine(model_dir, cfg.engine, cfg.seed)
     sandbox = make_sandbox(cfg.sandbox)

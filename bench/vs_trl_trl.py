@@ -18,7 +18,7 @@ def train_stream(cfg, steps: int, tokenizer) -> list:
 
     domains = Domains(cfg.sampler.domains)
     plan = fresh_plan(sampled_levels(domains, cfg.sampler), cfg.sampler.tasks_per_cycle)
-    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    budget = cfg.engine.max_model_len - cfg.generation.max_tokens
     tasks = [t for cycle in range(steps) for t in fresh_tasks(domains, cfg.seed, cycle, plan)]
     return [t for t in tasks if len(encode_chat(tokenizer, t.prompt)) <= budget]
 
@@ -31,7 +31,7 @@ def make_reward(cfg, tasks, sandbox):
 
     by_id = {t.task_id: t for t in tasks}
     envs = Domains(cfg.sampler.domains)
-    max_tokens, buffer = cfg.sampling.max_tokens, cfg.reward.overlong_buffer
+    max_tokens, buffer = cfg.generation.max_tokens, cfg.reward.overlong_buffer
 
     def flywheel_reward(prompts, completions, completion_ids, task_id, **_):
         pairs = [(envs[by_id[i].domain], by_id[i], c[-1]["content"]) for i, c in zip(task_id, completions)]
@@ -46,7 +46,7 @@ def trl_args(cfg, output_dir: str):
     """GRPOConfig with every knob TRL shares with the flywheel set from `cfg`."""
     from trl import GRPOConfig
 
-    t, s = cfg.trainer, cfg.sampling
+    t, s = cfg.trainer, cfg.generation
     return GRPOConfig(
         output_dir=output_dir, use_cpu=True, use_vllm=False, bf16=False, fp16=False,
         model_init_kwargs={"dtype": "float32"},

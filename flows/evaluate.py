@@ -78,17 +78,17 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
         tasks += suite_tasks(rt.domains[spec], cfg.eval.suite_tasks_per_level)
     # a prompt with no room to answer is set aside, as in training (the same ones for every
     # version, so comparisons stay paired)
-    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    budget = cfg.engine.max_model_len - cfg.generation.max_tokens
     tasks = quarantine_long_prompts(
         tasks, rt.tokenizer, budget, rt.run_dir / "quarantine" / f"eval-v{version}.jsonl"
     )
-    modes = [("greedy", cfg.sampling.model_copy(update={"k": 1, "temperature": 0.0}))]
+    modes = [("greedy", cfg.generation.model_copy(update={"k": 1, "temperature": 0.0}))]
     if k:
-        modes.append(("sampled", cfg.sampling.model_copy(update={"k": k})))
-    for mode, sampling in modes:
-        if rt.lake.has_evaluation(rt.run_id, version, mode, len(tasks) * sampling.k):
+        modes.append(("sampled", cfg.generation.model_copy(update={"k": k})))
+    for mode, generation in modes:
+        if rt.lake.has_evaluation(rt.run_id, version, mode, len(tasks) * generation.k):
             continue
-        ctx = rt.stage_context(-1, f"eval-{mode}", sampling)
+        ctx = rt.stage_context(-1, f"eval-{mode}", generation)
         rollouts = generate.with_options(task_run_name=f"eval-generate-{mode}")(rt, ctx, tasks)
         trajectories = score.with_options(task_run_name=f"eval-score-{mode}")(rt, ctx, rollouts)
         rt.lake.write_evaluation(rt.run_id, version, mode, trajectories)

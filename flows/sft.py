@@ -117,7 +117,7 @@ def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, p
                 if env.kind == "episode":
                     ep = play_reference(
                         tokenizer, sandbox, task, env, messages,
-                        max_tokens=config.engine.max_model_len, tool_format=config.sampling.tool_format,
+                        max_tokens=config.engine.max_model_len, tool_format=config.generation.tool_format,
                     )  # fmt: skip
                     if ep.finish_reason == "submit" and ep.score is not None and ep.score.verdict == "pass":
                         out.append((ep.prompt_token_ids, ep.completion_token_ids, ep.completion_logprobs))

@@ -10,19 +10,21 @@ AWS environment variables or profile.
 from __future__ import annotations
 
 import secrets
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, get_args
 
 import yaml
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from flywheel.config_production import IngestConfig, JudgeConfig, WorkloadConfig
+from flywheel.config_section import Section
 from flywheel.config_training import PipelineConfig, TrainerConfig
 from flywheel.tracking import TrackingConfig
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(Section):
     path: str | None = Field(
         None,
         description="A local HF model dir, or a Hub name (org/name) in the local Hugging Face cache. "
@@ -33,7 +35,7 @@ class ModelConfig(BaseModel):
     )
 
 
-class EngineConfig(BaseModel):
+class EngineConfig(Section):
     backend: Literal["vllm", "hf", "openai"] = Field(
         "vllm", description="vllm (in-process), hf (transformers fallback), or openai (remote vLLM servers)."
     )
@@ -67,7 +69,10 @@ class EngineConfig(BaseModel):
         return self
 
 
-class SamplingConfig(BaseModel):
+class GenerationConfig(Section):
+    """How the generate stage samples: the group size k and the sampling parameters.
+    (Named `sampling` before: it collided with `sampler`, which picks the tasks.)"""
+
     k: int = Field(8, ge=1, description="Samples per task (the GRPO group size).")
     temperature: float = 1.0
     top_p: float = 1.0
@@ -85,7 +90,7 @@ class SamplingConfig(BaseModel):
     )
 
 
-class SandboxConfig(BaseModel):
+class SandboxConfig(Section):
     backend: Literal["bwrap", "docker", "process"] = Field(
         "bwrap", description="bwrap (default), docker, or process (UNSAFE: no isolation, development only)."
     )
@@ -128,7 +133,7 @@ class SandboxConfig(BaseModel):
     )
 
 
-class StoreConfig(BaseModel):
+class StoreConfig(Section):
     uri: str | None = Field(
         None, description="Lake root: a local dir or s3://bucket/prefix. Empty: <run dir>/lake."
     )
@@ -142,7 +147,7 @@ class StoreConfig(BaseModel):
     )
 
 
-class RewardFunctionConfig(BaseModel):
+class RewardFunctionConfig(Section):
     name: str = Field(
         ...,
         description="pkg.module:function, called as fn(prompts, completions, **columns) (TRL's convention).",
@@ -150,7 +155,7 @@ class RewardFunctionConfig(BaseModel):
     weight: float = 1.0
 
 
-class RewardConfig(BaseModel):
+class RewardConfig(Section):
     functions: list[RewardFunctionConfig] = Field(
         [],
         description="User reward functions, run in the sandbox on every single-turn trajectory; each value is "
@@ -180,7 +185,7 @@ class RewardConfig(BaseModel):
         return [{"name": v} if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
 
-class SamplerConfig(BaseModel):
+class SamplerConfig(Section):
     domains: list[str] = Field(
         ["code", "math", "extraction", "data"],
         description="Domains (environments/registry.py): a built-in name, file:PATH, rg/NAME, a glob (rg/*, "
@@ -190,12 +195,12 @@ class SamplerConfig(BaseModel):
         {},
         description="Mixing weight per entry of `domains` (default 1), shared evenly among the domains a glob selects.",
     )
-    levels: list[int] = [1, 2, 3]
+    levels: list[int] = Field([1, 2, 3], description="Levels fresh tasks come from (the curriculum opens them in order).")
     tasks_per_cycle: int = Field(8, ge=1, description="Fresh plus replayed tasks per cycle.")
     max_replay_fraction: float = Field(0.5, ge=0, le=1)
 
 
-class EvalConfig(BaseModel):
+class EvalConfig(Section):
     """Held-out evaluation (flows/evaluate.py): the sampled domains' eval split, and suites
     nobody here trained on, every pass@1 with its 95% interval."""
 
@@ -239,7 +244,7 @@ class EvalConfig(BaseModel):
     )
 
 
-class CurriculumConfig(BaseModel):
+class CurriculumConfig(Section):
     enabled: bool = Field(True, description="Off: fresh tasks spread evenly over sampler.levels.")
     open_threshold: float = Field(
         0.2, ge=0, le=1, description="A level opens when the one below passes this share of its samples."
@@ -254,7 +259,7 @@ class CurriculumConfig(BaseModel):
     max_arm_share: float = Field(1.0, gt=0, le=1, description="thompson: most of a cycle one arm may take.")
 
 
-class ReplayConfig(BaseModel):
+class ReplayConfig(Section):
     enabled: bool = True
     threshold: float = Field(1.0, description="Best reward below this counts as a failure.")
     min_best: float = Field(
@@ -276,7 +281,7 @@ class ReplayConfig(BaseModel):
     )
 
 
-class FanoutConfig(BaseModel):
+class FanoutConfig(Section):
     backend: Literal["local", "ray"] = Field(
         "local",
         description="local: generate and score run in this process. ray: their shards run as "
@@ -295,7 +300,7 @@ class FanoutConfig(BaseModel):
     )
 
 
-class ColdStartConfig(BaseModel):
+class ColdStartConfig(Section):
     """SFT on the domains' reference replies before the first cycle of a new run
     (flows/sft.py): for domains where the base model never passes, so that GRPO has a
     signal to start from. Off unless `references` > 0; never repeated on resume."""
@@ -306,7 +311,7 @@ class ColdStartConfig(BaseModel):
     learning_rate: float = Field(5e-5, gt=0)
 
 
-class FlywheelConfig(BaseModel):
+class FlywheelConfig(Section):
     run_id: str = Field("", description="Empty: a new run. An existing id resumes that run.")
     runs_dir: str = "runs"
     cycles: int = Field(2, ge=1)
@@ -318,7 +323,7 @@ class FlywheelConfig(BaseModel):
     seed: int = 0
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
-    sampling: SamplingConfig = SamplingConfig()
+    generation: GenerationConfig = GenerationConfig()
     sandbox: SandboxConfig = SandboxConfig()
     store: StoreConfig = StoreConfig()
     sampler: SamplerConfig = SamplerConfig()
@@ -336,6 +341,21 @@ class FlywheelConfig(BaseModel):
         {},
         description="Production workloads by name (ingested traces' workload_id) and how their traces are verified.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_sections(cls, data):
+        """Configs written before a section was renamed still load, with a warning."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for old, new in RENAMED.items():
+            if old in data:
+                if new in data:
+                    raise ValueError(f"both `{old}` (the old name) and `{new}` are set: keep `{new}`")
+                warnings.warn(f"config section `{old}` is now `{new}`", FutureWarning, stacklevel=2)
+                data[new] = data.pop(old)
+        return data
 
     def with_run_id(self) -> "FlywheelConfig":
         """This config with a fresh, time-stamped run id when none was given."""
@@ -362,8 +382,17 @@ class FlywheelConfig(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "FlywheelConfig":
+        """The config in a YAML file; a bad key or value is a ValueError naming the file."""
         with open(path) as f:
-            return cls.model_validate(yaml.safe_load(f) or {})
+            data = yaml.safe_load(f) or {}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+
+# Sections renamed since a release: the old name still loads, with a FutureWarning.
+RENAMED = {"sampling": "generation"}
 
 
 def _section_model(model, name: str):
@@ -382,6 +411,9 @@ def apply_overrides(config: FlywheelConfig, overrides: list[str]) -> FlywheelCon
             raise ValueError(f"override {item!r} is not of the form key=value")
         node, model = data, FlywheelConfig
         *parents, leaf = key.split(".")
+        if parents and parents[0] in RENAMED:
+            warnings.warn(f"config section `{parents[0]}` is now `{RENAMED[parents[0]]}`", FutureWarning, stacklevel=2)
+            parents[0] = RENAMED[parents[0]]
         for part in parents:
             section = _section_model(model, part)
             if part in node and node[part] is None and section:  # an optional section, off:

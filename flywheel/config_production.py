@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from flywheel.config_section import Section
 
 
-class IngestConfig(BaseModel):
+class IngestConfig(Section):
     """Production traces in (flows/ingest.py): what is scrubbed, what is set aside."""
 
     scrub_patterns: dict[str, str] = Field(
@@ -20,7 +22,7 @@ class IngestConfig(BaseModel):
     max_message_chars: int = Field(100_000, ge=1, description="A longer message quarantines its record.")
 
 
-class WorkloadConfig(BaseModel):
+class WorkloadConfig(Section):
     """How a production workload's traces become tasks (environments/traces.py): sample
     them as the domain `traces:<workload>`."""
 
@@ -45,7 +47,7 @@ class WorkloadConfig(BaseModel):
         return value
 
 
-class JudgeConfig(BaseModel):
+class JudgeConfig(Section):
     """An LLM judge's rubric as a reward term (environments/judge.py); off while `rubric` is empty."""
 
     rubric: str = Field("", description="What a good response does; empty: no judge.")

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from flywheel.config_section import Section
 
 
-class LoraConfig(BaseModel):
+class LoraConfig(Section):
     """LoRA adapters (PEFT) instead of full fine-tuning; policy/lora.py."""
 
     r: int = Field(16, ge=1, description="The adapters' rank.")
@@ -28,7 +30,7 @@ class LoraConfig(BaseModel):
     )
 
 
-class TrainerConfig(BaseModel):
+class TrainerConfig(Section):
     learning_rate: float = Field(
         2e-5, description="The recipes' rate for the 135M default (1e-6 barely moved it)."
     )
@@ -68,7 +70,7 @@ class TrainerConfig(BaseModel):
     )
 
 
-class PipelineConfig(BaseModel):
+class PipelineConfig(Section):
     max_policy_lag: int = Field(
         0, ge=0, le=4,
         description="0: synchronous (rollouts wait for each update). N > 0: the rollouts of the next "

@@ -110,12 +110,12 @@ class Runtime:
         return last + 1 if finished else last
 
     def stage_context(
-        self, cycle: int, label: str = "train", sampling=None, policy_lag: int = 0
+        self, cycle: int, label: str = "train", generation=None, policy_lag: int = 0
     ) -> StageContext:
         """The generate and score stages' context, fixed now (tasks/context.py)."""
         return StageContext(config=self.config, run_id=self.run_id, cycle=cycle, label=label,
                             policy_version=self.engine_version, policy_lag=policy_lag,
-                            sampling=sampling or self.config.sampling)  # fmt: skip
+                            generation=generation or self.config.generation)  # fmt: skip
 
     def staging_dir(self, name: str) -> Path:
         """Where the trainer writes an export or checkpoint before it is published."""

@@ -13,7 +13,7 @@ One `Tracker` per flow run (flows/flywheel.py owns it), fanned out to `tracking.
 - **wandb**: Weights & Biases, offline by default (`runs/<id>/wandb`, uploaded later by
   `wandb sync`); `tracking.wandb_mode=online` where a login exists.
 
-Logged: the whole config as params (`sampling.k`, ...); per cycle its summary (reward,
+Logged: the whole config as params (`generation.k`, ...); per cycle its summary (reward,
 pass rate, stage seconds, per-domain pass rate) at step = cycle, the update's metrics at
 the step of the cycle it trained on, and a table of sample completions (prompt,
 completion, reward, verdict); per evaluation each group's pass@1 with its 95% interval
@@ -36,12 +36,14 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from flywheel.config_section import Section
 
 log = logging.getLogger("flywheel")
 
 
-class TrackingConfig(BaseModel):
+class TrackingConfig(Section):
     """Experiment trackers (flywheel/tracking.py): never able to stop a cycle."""
 
     backends: list[Literal["mlflow", "tensorboard", "wandb"]] = Field(

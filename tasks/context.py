@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from flywheel.config import FlywheelConfig, SamplingConfig
+from flywheel.config import FlywheelConfig, GenerationConfig
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class StageContext:
     label: str  # "train", "eval-greedy", ...: keeps the ids of differently sampled trajectories apart
     policy_version: int  # the version the engine generates with
     policy_lag: int  # updates trained but not yet in the engine when generating (flywheel/pipeline.py)
-    sampling: SamplingConfig
+    generation: GenerationConfig
 
 
 class Parts(Protocol):

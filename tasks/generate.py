@@ -8,7 +8,7 @@ Dispatch on the domain's kind, once per task list:
   cycle's 32 sequences into four calls of 8 cost more than half its throughput).
 - "episode" domains (environments/agentic.py): the episode runner (policy/multiturn.py)
   plays each trajectory turn by turn in its own sandbox workspace, each turn joining the
-  engine's running batch as soon as it is ready (`sampling.continuous_turns`), and the
+  engine's running batch as soon as it is ready (`generation.continuous_turns`), and the
   domain scores the final workspace before it is released, so these rollouts carry their
   `episode_score`.
 
@@ -46,7 +46,7 @@ def generate(rt, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rollout]:
 
 
 def sampling_spec(ctx: StageContext) -> SamplingSpec:
-    s = ctx.sampling
+    s = ctx.generation
     seed = int(stable_id(ctx.config.seed, ctx.cycle, ctx.label), 16) % (2**31)
     return SamplingSpec(n=s.k, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=seed)
 
@@ -54,7 +54,7 @@ def sampling_spec(ctx: StageContext) -> SamplingSpec:
 def rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rollout]:
     """k rollouts per task, grouped by task in the order of `tasks` (see the module
     docstring for why)."""
-    budget = ctx.config.engine.max_model_len - ctx.sampling.max_tokens
+    budget = ctx.config.engine.max_model_len - ctx.generation.max_tokens
     prompts = {t.task_id: encode_chat(parts.tokenizer, t.prompt) for t in tasks}
     too_long = [t.task_id for t in tasks if len(prompts[t.task_id]) > budget]
     if too_long:  # the sample stage quarantines these; a caller that did not is told
@@ -101,8 +101,8 @@ def play_episodes(
     with stage("episodes", total=len(tasks) * spec.n) as advance:
         groups = run_episodes(
             parts.engine, parts.tokenizer, parts.sandbox, [(t, parts.domains[t.domain], spec.n) for t in tasks],
-            max_turns=ctx.sampling.max_turns, max_tokens=ctx.config.engine.max_model_len,
-            sampling=dataclasses.replace(spec, n=1), weights=weights, tool_format=ctx.sampling.tool_format,
-            continuous=ctx.sampling.continuous_turns, on_episode=lambda ep: advance(1),
+            max_turns=ctx.generation.max_turns, max_tokens=ctx.config.engine.max_model_len,
+            sampling=dataclasses.replace(spec, n=1), weights=weights, tool_format=ctx.generation.tool_format,
+            continuous=ctx.generation.continuous_turns, on_episode=lambda ep: advance(1),
         )  # fmt: skip
     return [ep.rollout() for group in groups for ep in group]

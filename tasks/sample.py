@@ -73,7 +73,7 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
     if cfg.curriculum.enabled:
         cur = cfg.curriculum
         stats = level_stats(rt.lake, rt.run_id, cycle - 1, cur.window_cycles)
-        prior = eval_prior(rt.lake, rt.run_id, rt.policy_version, cfg.sampling.k)
+        prior = eval_prior(rt.lake, rt.run_id, rt.policy_version, cfg.generation.k)
         mix, seed = domain_mix(rt.domains, cfg.sampler), int(stable_id("plan", cfg.seed, cycle), 16)
         if cur.strategy == "thompson":
             plan, weights = thompson(levels, count, stats, cur.open_threshold, cur.prior_strength, prior, mix, seed,
@@ -87,7 +87,7 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
     fresh = fresh_tasks(rt.domains, cfg.seed, cycle, plan)
     taken = {t.task_id for t in replayed}
     fresh = [dataclasses.replace(t, origin_cycle=cycle) for t in fresh if t.task_id not in taken]
-    budget = cfg.engine.max_model_len - cfg.sampling.max_tokens
+    budget = cfg.engine.max_model_len - cfg.generation.max_tokens
     return quarantine_long_prompts(replayed + fresh, rt.tokenizer, budget, rt.run_dir / "quarantine" / f"cycle-{cycle}.jsonl")
 
 
@@ -102,7 +102,7 @@ def quarantine_long_prompts(tasks: list[TaskSpec], tokenizer, budget: int, path:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             for t, n in dropped:
-                reason = f"prompt is {n} tokens; engine.max_model_len - sampling.max_tokens = {budget}"
+                reason = f"prompt is {n} tokens; engine.max_model_len - generation.max_tokens = {budget}"
                 f.write(json.dumps({"task_id": t.task_id, "domain": t.domain, "level": t.level, "reason": reason}) + "\n")
         logging.getLogger("flywheel").warning("quarantined %d tasks with over-long prompts: see %s", len(dropped), path)
     return [t for t, _ in kept]

@@ -90,7 +90,7 @@ def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> 
             advance(len(items) * len(functions))
     judged = judge_rollouts(parts.judge, ctx, [rollouts[i] for i in single])
     judged = dict(zip(single, judged)) if judged else {}
-    max_tokens, buffer = ctx.sampling.max_tokens, ctx.config.reward.overlong_buffer
+    max_tokens, buffer = ctx.generation.max_tokens, ctx.config.reward.overlong_buffer
     out = []
     for i, r in enumerate(rollouts):
         if i not in verified:  # an episode: scored in its workspace

@@ -20,7 +20,7 @@ def run(tiny_model, prefect_server, tmp_path_factory):
         run_id="async", runs_dir=str(tmp_path_factory.mktemp("runs")), cycles=3, seed=5,
         model={"path": tiny_model}, engine={"max_model_len": 512},
         sampler={"tasks_per_cycle": 2, "levels": [1], "domains": ["code", "math"]},
-        sampling={"k": 2, "max_tokens": 16},
+        generation={"k": 2, "max_tokens": 16},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
         pipeline={"max_policy_lag": 1}, eval={"before_and_after": False},
     )  # fmt: skip

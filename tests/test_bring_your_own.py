@@ -61,7 +61,7 @@ def run(plugin, tiny_model, prefect_server, tmp_path_factory):
         run_id="byo", runs_dir=str(tmp_path_factory.mktemp("runs")), cycles=2, seed=5, model={"path": tiny_model},
         engine={"max_model_len": 1024}, sampler={"tasks_per_cycle": 6, "levels": [1],
                                                    "domains": ["reverse", f"file:{FUNCTIONS}", "rg/basic_arith*"]},
-        sampling={"k": 2, "max_tokens": 24}, replay={"enabled": False},
+        generation={"k": 2, "max_tokens": 24}, replay={"enabled": False},
         reward={"functions": [{"name": "reverse_rewards:brevity", "weight": 0.5}]},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
         eval={"before_and_after": False},

@@ -24,9 +24,30 @@ def test_bad_overrides_name_the_problem(bad):
 
 def test_yaml_roundtrip(tmp_path):
     p = tmp_path / "c.yaml"
-    p.write_text("cycles: 5\nsampling:\n  k: 5\n")
+    p.write_text("cycles: 5\ngeneration:\n  k: 5\n")
     cfg = FlywheelConfig.from_yaml(p)
-    assert cfg.cycles == 5 and cfg.sampling.k == 5
+    assert cfg.cycles == 5 and cfg.generation.k == 5
+
+
+def test_a_misspelt_key_is_an_error_naming_the_file_and_the_key(tmp_path):
+    """Before, pydantic's default dropped unknown keys: this recipe ran at the default rate."""
+    p = tmp_path / "recipe.yaml"
+    p.write_text("trainer:\n  learnig_rate: 1.0e-6\n")
+    with pytest.raises(ValueError, match=r"recipe\.yaml.*\n?.*trainer\.learnig_rate"):
+        FlywheelConfig.from_yaml(p)
+    with pytest.raises(ValueError, match="tracking.nope"):
+        FlywheelConfig.model_validate({"tracking": {"nope": 1}})
+
+
+def test_the_old_section_name_sampling_still_loads_with_a_warning(tmp_path):
+    p = tmp_path / "old.yaml"
+    p.write_text("sampling:\n  k: 5\n")
+    with pytest.warns(FutureWarning, match="`sampling` is now `generation`"):
+        assert FlywheelConfig.from_yaml(p).generation.k == 5
+    with pytest.warns(FutureWarning):
+        assert apply_overrides(FlywheelConfig(), ["sampling.k=3"]).generation.k == 3
+    with pytest.raises(ValueError, match="keep `generation`"):
+        FlywheelConfig.model_validate({"sampling": {"k": 2}, "generation": {"k": 3}})
 
 
 def test_run_id_is_generated_once():

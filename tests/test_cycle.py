@@ -24,7 +24,7 @@ def run(tiny_model, seaweedfs, prefect_server, mlflow_server, tmp_path_factory):
         store={"uri": "s3://flywheel-test/lake-it", "endpoint": seaweedfs},
         engine={"max_model_len": 1024},
         sampler={"tasks_per_cycle": 6, "levels": [1, 2, 3], "domains": DOMAINS},
-        sampling={"k": 2, "max_tokens": 24, "max_turns": 3},
+        generation={"k": 2, "max_tokens": 24, "max_turns": 3},
         # A random model fails every task, so every group has zero reward variance. Train
         # on them anyway with weight decay, so the update really changes the weights and
         # the sync check compares a changed policy.
@@ -53,7 +53,7 @@ def test_the_run_is_tracked_in_a_real_mlflow_server(run):
     [mrun] = client.search_runs(
         [client.get_experiment_by_name("flywheel").experiment_id], "tags.`flywheel.run_id` = 'it'"
     )
-    assert mrun.info.status == "FINISHED" and mrun.data.params["sampling.k"] == "2"
+    assert mrun.info.status == "FINISHED" and mrun.data.params["generation.k"] == "2"
     history = client.get_metric_history(mrun.info.run_id, "pass_rate")
     assert [(m.step, m.value) for m in history] == [(s.cycle, s.pass_rate) for s in summaries]
     evals = [k for k in mrun.data.metrics if k.startswith("eval/")]

@@ -24,8 +24,8 @@ def test_ctrl_c_stops_within_ten_seconds_and_the_run_resumes(tiny_model, tmp_pat
 
     api_url = PREFECT_API_URL.value()
     args = [sys.executable, "-m", "flywheel.cli", "run", "--model", tiny_model, "--cycles", "1", "--run-id", "stop",
-            "--set", f"runs_dir={tmp_path}", "--set", "sampler.tasks_per_cycle=2", "--set", "sampling.k=2",
-            "--set", "sampling.max_tokens=16", "--set", "engine.max_model_len=512",
+            "--set", f"runs_dir={tmp_path}", "--set", "sampler.tasks_per_cycle=2", "--set", "generation.k=2",
+            "--set", "generation.max_tokens=16", "--set", "engine.max_model_len=512",
             "--set", "eval.before_and_after=false"]  # fmt: skip
     env = {**os.environ, "PREFECT_API_URL": api_url}
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env)

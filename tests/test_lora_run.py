@@ -30,7 +30,7 @@ def test_sft_then_grpo_with_lora_then_resume(tiny_model, tmp_path, prefect_serve
         model={"path": tiny_model},
         engine={"max_model_len": 1024},
         sampler={"tasks_per_cycle": 2, "levels": [1], "domains": ["math"]},
-        sampling={"k": 2, "max_tokens": 16},
+        generation={"k": 2, "max_tokens": 16},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5, "lora": LORA},
         cold_start={"references": 2, "epochs": 2, "batch_size": 2, "learning_rate": 1e-2},
         eval={"before_and_after": False},

@@ -221,7 +221,7 @@ def test_episode_fields_fit_the_trajectory_schema(box):  # noqa: F811
     )
     cfg = FlywheelConfig(run_id="r")
     ctx = StageContext(config=cfg, run_id="r", cycle=0, label="train", policy_version=0, policy_lag=0,
-                       sampling=cfg.sampling)  # fmt: skip
+                       generation=cfg.generation)  # fmt: skip
     rollout = ep.rollout()
     back = to_table([trajectory_record(ctx, rollout, rollout.episode_score)], TRAJECTORY_SCHEMA).to_pylist()[
         0

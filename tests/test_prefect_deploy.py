@@ -88,7 +88,7 @@ def test_the_flywheel_deployment_runs_a_cycle(deployed, tmp_path, tiny_model):
     config = {
         "run_id": "deployed", "runs_dir": str(runs_dir), "cycles": 1,
         "model": {"path": tiny_model}, "engine": {"max_model_len": 512},
-        "sampler": {"tasks_per_cycle": 2}, "sampling": {"k": 2, "max_tokens": 16},
+        "sampler": {"tasks_per_cycle": 2}, "generation": {"k": 2, "max_tokens": 16},
         "eval": {"before_and_after": False},
     }  # fmt: skip
     flow_run = run("flywheel/flywheel-cpu", {"config": config})

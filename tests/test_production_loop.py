@@ -63,7 +63,7 @@ def test_production_log_to_deployed_policy(tiny_model, vllm_server, prefect_serv
         run_id="prod", runs_dir=str(tmp_path / "runs"), cycles=2, seed=1, model={"path": tiny_model},
         sampler={"domains": ["traces:invoices"], "levels": [1], "tasks_per_cycle": 4},
         workloads={"invoices": {"verifier": "json_fields"}},
-        sampling={"k": 2, "max_tokens": 24},
+        generation={"k": 2, "max_tokens": 24},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
         # the tiny model as the judge, its replies constrained to SCORE: N by the server
         reward={"judge": {"rubric": "Are total and vendor right?", "base_url": server.url, "max_retries": 0}},

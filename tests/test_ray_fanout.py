@@ -98,7 +98,7 @@ def make_config(tiny_model, seaweedfs, tmp_path, run_id, **fanout):
         run_id=run_id, runs_dir=str(tmp_path / "runs"), seed=1, model={"path": tiny_model},
         store={"uri": f"s3://flywheel-test/fanout-{run_id}", "endpoint": seaweedfs},
         engine={"backend": "hf", "max_model_len": 1024},
-        sampling={"k": 2, "max_tokens": 8, "max_turns": 2},
+        generation={"k": 2, "max_tokens": 8, "max_turns": 2},
         sandbox={"concurrency": 2}, fanout={"backend": "ray", "shards": 2, **fanout}, eval={"before_and_after": False},
     )  # fmt: skip
 
@@ -295,8 +295,8 @@ def test_a_cycle_from_the_cli_on_a_local_ray(tiny_model, seaweedfs, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "RAY_"))}
     root = str(Path(__file__).resolve().parents[1])
     env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), PYTHONPATH=os.pathsep.join([root, env.get("PYTHONPATH", "")]))
-    sets = ["engine.backend=hf", "engine.max_model_len=1024", "sampling.k=2", "sampling.max_tokens=8",
-            "sampling.max_turns=2", "sampler.tasks_per_cycle=4", "sampler.domains=[math, code]",
+    sets = ["engine.backend=hf", "engine.max_model_len=1024", "generation.k=2", "generation.max_tokens=8",
+            "generation.max_turns=2", "sampler.tasks_per_cycle=4", "sampler.domains=[math, code]",
             "sandbox.concurrency=2", "fanout.backend=ray", "fanout.shards=2", f"runs_dir={tmp_path}",
             "trainer.drop_zero_variance_groups=false", "eval.before_and_after=false"]  # fmt: skip
     cmd = [sys.executable, "-m", "flywheel.cli", "run", "--model", tiny_model, "--cycles", "1", "--run-id", "cli",

@@ -25,7 +25,7 @@ def test_killed_run_resumes_without_regenerating(tiny_model, tmp_path):
     args = [
         "--model", tiny_model, "--cycles", "2", "--run-id", "killed",
         "--set", f"runs_dir={tmp_path}", "--set", "sampler.tasks_per_cycle=2", "--set", "eval.before_and_after=false",
-        "--set", "sampling.k=2", "--set", "sampling.max_tokens=16", "--set", "engine.max_model_len=512",
+        "--set", "generation.k=2", "--set", "generation.max_tokens=16", "--set", "engine.max_model_len=512",
     ]  # fmt: skip
     marker = tmp_path / "killed" / "lake" / "_commits" / "run=killed" / "cycle=0.json"
     proc = cli(args)

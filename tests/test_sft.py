@@ -93,7 +93,7 @@ def test_cold_start_runs_once_before_the_first_cycle(tiny_model, tmp_path, prefe
     cfg = FlywheelConfig(
         run_id="cold", runs_dir=str(tmp_path / "runs"), cycles=1, model={"path": tiny_model},
         sampler={"domains": ["math"], "levels": [1], "tasks_per_cycle": 2},
-        sampling={"k": 2, "max_tokens": 8},
+        generation={"k": 2, "max_tokens": 8},
         trainer={"drop_zero_variance_groups": False},
         cold_start={"references": 2, "epochs": 1, "batch_size": 2, "learning_rate": 1e-3},
         eval={"before_and_after": False},

@@ -72,7 +72,7 @@ def test_local_default_and_tensorboard_read_back(tmp_path, monkeypatch):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     [run] = client.search_runs([client.get_experiment_by_name("flywheel").experiment_id])
     assert run.data.tags["flywheel.run_id"] == "t" and run.info.status == "FINISHED"
-    assert run.data.params["sampling.k"] == str(config.sampling.k)
+    assert run.data.params["generation.k"] == str(config.generation.k)
     history = client.get_metric_history(run.info.run_id, "pass_rate")
     assert [(m.step, m.value) for m in history] == [(0, 0.25), (1, 0.5)]
     assert client.get_metric_history(run.info.run_id, "update/loss")[0].value == 0.25
@@ -217,4 +217,4 @@ def test_wandb_offline_run_reads_back(tmp_path):
     params = {
         key(i): json.loads(i.value_json) for r in records if r.HasField("run") for i in r.run.config.update
     }
-    assert params["sampling.k"] == str(config.sampling.k)
+    assert params["generation.k"] == str(config.generation.k)

@@ -24,10 +24,10 @@ def test_trl_gets_the_flywheel_recipe_knobs(tmp_path):
     args = vs_trl.trl_args(cfg, str(tmp_path / "trl"))
     assert (args.learning_rate, args.epsilon, args.epsilon_high, args.beta) == (3e-5, 0.2, 0.28, 0.0)
     assert (
-        args.num_generations == cfg.sampling.k == 8 and args.max_completion_length == cfg.sampling.max_tokens
+        args.num_generations == cfg.generation.k == 8 and args.max_completion_length == cfg.generation.max_tokens
     )
     assert (
-        args.generation_batch_size == cfg.sampling.k * cfg.sampler.tasks_per_cycle
+        args.generation_batch_size == cfg.generation.k * cfg.sampler.tasks_per_cycle
     )  # one step per cycle's worth
     assert (args.lr_scheduler_type, args.loss_type, args.num_iterations, args.shuffle_dataset) == (
         "constant", "dapo", 1, False,
@@ -118,7 +118,7 @@ def test_the_whole_bench_runs_on_a_tiny_model(tiny_model, tmp_path):
     cmd = [
         sys.executable, str(Path(vs_trl.__file__)), "--model", tiny_model, "--minutes", "0.05",
         "--eval-per-level", "1", "--eval-points", "1", "--order", "flywheel-first", "--out", str(out),
-        "--set", "sampler.tasks_per_cycle=2", "--set", "sampling.k=2", "--set", "sampling.max_tokens=8",
+        "--set", "sampler.tasks_per_cycle=2", "--set", "generation.k=2", "--set", "generation.max_tokens=8",
         # A random model fails everything, so every advantage is 0: train on the equal rewards
         # anyway, with weight decay (both sides), so that each side's weights really change.
         "--set", "trainer.drop_zero_variance_groups=false", "--set", "trainer.weight_decay=0.5",
