@@ -26,7 +26,7 @@ import re
 
 from environments.audit import audit_python
 from environments.base import Score
-from environments.code_synthesis import extract_code
+from environments.domains.code import extract_code
 from environments.sandbox import ExecResult, Job
 from environments.tagged import PRELUDE, new_nonce, read_tagged
 

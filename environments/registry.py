@@ -33,17 +33,17 @@ from environments.base import Environment
 
 
 BUILTIN = {
-    "code": "environments.code_synthesis:CodeSynthesis",
-    "math": "environments.math_reasoning:MathReasoning",
-    "extraction": "environments.doc_extraction:DocExtraction",
-    "data": "environments.data_transform:DataTransform",
-    "repair": "environments.code_repair:CodeRepair",  # multi-turn: tools in a workspace
-    "terminal": "environments.terminal:Terminal",  # multi-turn
+    "code": "environments.domains.code:CodeSynthesis",
+    "math": "environments.domains.math:MathReasoning",
+    "extraction": "environments.domains.extraction:DocExtraction",
+    "data": "environments.domains.data:DataTransform",
+    "repair": "environments.domains.repair:CodeRepair",  # multi-turn: tools in a workspace
+    "terminal": "environments.domains.terminal:Terminal",  # multi-turn
 }
 # Eval-only suites: reported beside the held-out cells (eval.suites), never trained on.
 SUITES = {
-    "humaneval": "environments.humaneval:HumanEval",  # 164 problems nobody here wrote
-    "code_transfer": "environments.code_transfer:CodeTransfer",  # function families `code` never trains on
+    "humaneval": "environments.domains.humaneval:HumanEval",  # 164 problems nobody here wrote
+    "code_transfer": "environments.domains.code_transfer:CodeTransfer",  # function families `code` never trains on
 }
 ENTRY_POINT_GROUP = "flywheel.domains"
 

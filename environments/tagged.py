@@ -2,7 +2,7 @@
 
 Every harness that runs model text or user code in the sandbox (the function-writing
 harness, `python_tests`, `python_io`, math-verify, reasoning-gym's scorers, user reward
-functions, code_repair's hidden tests) starts with `PRELUDE`. It reads the spec from
+functions, repair's hidden tests) starts with `PRELUDE`. It reads the spec from
 stdin and takes the host's fresh nonce out of it before any untrusted code runs. It points
 fd 1 at /dev/null, so what that code prints cannot reach the host, and it defines
 `report(**result)`, which writes nonce + JSON as one line to a saved copy of stdout and

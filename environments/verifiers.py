@@ -32,8 +32,8 @@ from fractions import Fraction
 
 from environments.audit import audit_python
 from environments.base import Score
-from environments.code_synthesis import extract_code
-from environments.doc_extraction import check_field, find_last_object
+from environments.domains.code import extract_code
+from environments.domains.extraction import check_field, find_last_object
 from environments.python_tests import cases_score
 from environments.sandbox import ExecResult, Job
 from environments.tagged import PRELUDE, new_nonce, read_tagged

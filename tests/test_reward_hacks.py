@@ -7,7 +7,7 @@ import pytest
 
 from environments import get_environment
 from environments.audit import audit_commands, audit_python
-from environments.code_synthesis import FAMILIES
+from environments.domains.code import FAMILIES
 from environments.sandbox import Limits
 from environments.sandbox.bwrap import BwrapSandbox
 
@@ -101,12 +101,12 @@ def test_reference_style_solutions_are_not_flagged():
     """Plain solutions, as a model would write them for every family, pass the audit."""
     import inspect
 
-    from environments import code_synthesis
+    from environments.domains import code
 
     for level in FAMILIES:
         for family in FAMILIES[level]:
             assert audit_python(inspect.getsource(family)) == [], family.__name__
-    assert audit_python(inspect.getsource(code_synthesis.extract_code)) == []
+    assert audit_python(inspect.getsource(code.extract_code)) == []
     assert audit_python("def f(xs):\n    try:\n        return max(xs)\n    except (ValueError, TypeError):\n        return None") == []
     assert audit_python("def f(s):\n    # do not call sys.exit here\n    return 'sys.exit'") == []
 

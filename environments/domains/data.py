@@ -15,7 +15,7 @@ one example input and its exact output; the hidden tests are other inputs of the
 shape. Output formats are pinned in words (json.dumps defaults, `\\n` line ends, no
 quoting) because the comparison is exact.
 
-Verification reuses code_synthesis's code extraction and the shared harness
+Verification reuses the code domain's code extraction and the shared harness
 (environments/harness.py: only the hidden inputs go into the sandbox, outputs are compared
 on the host; `environments.audit` zeroes tampering as `suspected_hack`) in its `text`
 mode: the function takes one string and must return a `str` (exactly, so a str subclass
@@ -35,7 +35,7 @@ import re
 
 from environments.audit import audit_python
 from environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
-from environments.code_synthesis import CODE_BLOCK, extract_code
+from environments.domains.code import CODE_BLOCK, extract_code
 from environments.harness import harness_job, read_report
 from environments.sandbox import ExecResult
 
@@ -289,9 +289,9 @@ BARE_START = re.compile(rf"^(?:import |from \S+ import |def {ENTRY}\b)", re.MULT
 
 
 def find_code(completion: str) -> tuple[str | None, bool]:
-    """(code, fenced). Fenced blocks are read as code_synthesis reads them. Bare code runs
+    """(code, fenced). Fenced blocks are read as the code domain reads them. Bare code runs
     from its first import or `def transform` line to the end (not from the def, as in
-    code_synthesis, since a transform usually needs its imports)."""
+    the code domain, since a transform usually needs its imports)."""
     if any(block.strip() for block in CODE_BLOCK.findall(completion)):
         return extract_code(completion, ENTRY), True
     m = BARE_START.search(completion)

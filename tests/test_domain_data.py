@@ -7,7 +7,7 @@ from datetime import date
 import pytest
 
 from environments import Score, get_environment
-from environments.data_transform import FAMILIES, run_reference
+from environments.domains.data import FAMILIES, run_reference
 from environments.sandbox import ExecResult, Limits
 from environments.sandbox.bwrap import BwrapSandbox
 
@@ -163,7 +163,7 @@ def test_reference_runs_on_the_example_shown():
 
 
 def test_find_code():
-    from environments.data_transform import find_code
+    from environments.domains.data import find_code
 
     assert find_code("Sure:\n```python\nimport csv\ndef transform(t):\n    return t\n```\nDone") == (
         "import csv\ndef transform(t):\n    return t\n", True,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from environments import Score, get_environment
-from environments.doc_extraction import find_last_object
+from environments.domains.extraction import find_last_object
 
 env = get_environment("extraction")
 

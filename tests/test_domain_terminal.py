@@ -9,7 +9,7 @@ import random
 import pytest
 
 from environments import get_environment
-from environments.terminal import FAMILIES, evaluate
+from environments.domains.terminal import FAMILIES, evaluate
 from tests.multiturn_fixtures import box, play  # noqa: F401
 
 ENV = get_environment("terminal")

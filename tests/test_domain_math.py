@@ -6,7 +6,7 @@ from fractions import Fraction
 import pytest
 
 from environments import Score, get_environment
-from environments.math_reasoning import FAMILIES, read_answer
+from environments.domains.math import FAMILIES, read_answer
 
 env = get_environment("math")
 

@@ -1,6 +1,6 @@
 """`code_transfer`: function-writing tasks from families the `code` domain never trains on.
 
-The same prompt format, hidden-test verifier and levels as environments/code_synthesis.py,
+The same prompt format, hidden-test verifier and levels as environments/domains/code.py,
 but nine other families (none of them is a variation of a `code` family: other
 operations, other input shapes), and every task is held out: `make_tasks("train", ...)`
 is empty and the lake would refuse one in training anyway. A policy trained on `code`
@@ -9,7 +9,7 @@ and evaluated here shows whether it learnt to write functions or learnt nine tem
 
 from __future__ import annotations
 
-from environments.code_synthesis import CodeSynthesis, _ints, _word
+from environments.domains.code import CodeSynthesis, _ints, _word
 
 
 def span(rng):

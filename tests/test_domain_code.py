@@ -5,7 +5,7 @@ import json
 import pytest
 
 from environments import Score, get_environment
-from environments.code_synthesis import extract_code
+from environments.domains.code import extract_code
 from environments.sandbox import Limits
 from environments.sandbox.bwrap import BwrapSandbox
 

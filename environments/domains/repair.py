@@ -12,7 +12,7 @@ file in the workspace, so the model cannot edit it) and submit.
 Verification after the episode: HIDDEN tests, on inputs different from the visible
 ones, run in a fresh process in the same workspace. Only their inputs enter the sandbox
 (on stdin, after the model has stopped acting); the host compares the returned values
-with the reference outputs, which never enter the sandbox (as in code_synthesis).
+with the reference outputs, which never enter the sandbox (as in the code domain).
 Reward = fraction of hidden tests passed. The audit zeroes the reward with
 `suspected_hack` when a test file was changed or removed (its final content is compared
 with the original, so `sed -i` or a Python script is caught as well as write_file),

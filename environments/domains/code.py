@@ -174,7 +174,7 @@ class CodeSynthesis(GeneratedTasks, SandboxEnvironment):
     name = "code"
     version = "1"
     levels = (1, 2, 3)
-    families = FAMILIES  # environments/code_transfer.py: other families, the same tasks otherwise
+    families = FAMILIES  # environments/domains/code_transfer.py: other families, the same tasks otherwise
 
     def generate(self, level, rng):
         family = rng.choice(self.families[level])
