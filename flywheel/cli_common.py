@@ -101,6 +101,15 @@ def lake_and_store(config):
     return lake, PolicyStore(lake, config.run_id, config.run_dir / "policy-cache")
 
 
+def no_weights(policies, run_id: str, version: int) -> str:
+    """Why policy `version` of `run_id` has no weights to hand: the run is not in this
+    lake at all (its config set store.uri, so --store must say where), or it was pruned."""
+    if not policies.manifest.get("versions"):
+        return (f"run {run_id} has no policies in the lake at {policies.lake.root}: a run whose config set "
+                "store.uri keeps them there (pass --store)")  # fmt: skip
+    return f"policy v{version} of {run_id} has no weights left in the lake (pruned; pinned are: {policies.manifest.get('pinned', {})})"
+
+
 def pick_version(store, spec: str) -> int:
     if spec == "best":
         if store.best_version is None:

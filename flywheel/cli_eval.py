@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from flywheel.cli_common import checked_config, lake_and_store, live_display, pick_version, rich_table, run_config
+from flywheel.cli_common import checked_config, lake_and_store, live_display, no_weights, pick_version, rich_table, run_config
 
 
 def before_after(first, last):
@@ -122,8 +122,7 @@ def export(
     base = resolve_model(config.model.path, config.model.cache_dir)
     src = policies.hf_dir(v) if v else base
     if src is None:
-        typer.secho(f"policy v{v} of {run_id} has no weights left in the lake (pruned; pinned are: "
-                    f"{policies.manifest.get('pinned', {})})", fg="red", err=True)  # fmt: skip
+        typer.secho(no_weights(policies, run_id, v), fg="red", err=True)
         raise typer.Exit(2)
     if to.exists() and any(to.iterdir()):
         typer.secho(f"{to} exists and is not empty", fg="red", err=True)

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from flywheel.cli_common import lake_and_store, live_display, load_config, pick_version, rich_table, run_config
+from flywheel.cli_common import lake_and_store, live_display, load_config, no_weights, pick_version, rich_table, run_config
 
 
 def ingest(
@@ -85,7 +85,7 @@ def deploy(
         raise typer.Exit(0 if g.passed else 2)
     hf = policies.hf_dir(v) if v else resolve_model(config.model.path, config.model.cache_dir)
     if hf is None:
-        typer.secho(f"policy v{v} of {run_id} has no weights left in the lake (pruned)", fg="red", err=True)
+        typer.secho(no_weights(policies, run_id, v), fg="red", err=True)
         raise typer.Exit(2)
     try:
         g = deploy_policy(lake, run_id, v, hf, urls, config.engine)

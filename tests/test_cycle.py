@@ -196,6 +196,10 @@ def test_export_writes_a_dir_vllm_serves(run, tmp_path):
                                    "--runs-dir", cfg.runs_dir, "--store", cfg.lake_uri,
                                    "--s3-endpoint", cfg.store.endpoint])  # fmt: skip
     assert res.exit_code == 0, res.output
+    # without --store the run's own lake (under the runs dir) holds nothing: say so, not "pruned"
+    lost = CliRunner().invoke(app, ["export", "--run-id", "it", "--version", "2", "--to", str(tmp_path / "x"),
+                                    "--runs-dir", cfg.runs_dir])  # fmt: skip
+    assert lost.exit_code == 2 and "pass --store" in lost.output and "pruned" not in lost.output
     card = (out / "README.md").read_text()
     assert "policy v2" in card and "| code_transfer |" in card and "Paired differences" in card
     from transformers import AutoTokenizer
