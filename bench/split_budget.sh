@@ -17,18 +17,19 @@ OUT=bench/results/split-$(date -u +%Y-%m-%d)
 SFT_MINUTES=${SFT_MINUTES:-20}
 LAST_MINUTES=${LAST_MINUTES:-10}
 mkdir -p "$OUT" runs/split
+made() { [ -f "$LAKE/_policies/run=$1/manifest.json" ]; }  # an SFT step already done: not again
 step() {
   echo "== $(date -u +%H:%M:%S) $(git rev-parse --short HEAD) $*" | tee -a "$OUT/steps.log"
   /usr/bin/time -f "   wall %e s" -a -o "$OUT/steps.log" "$@"
 }
 SFT_ARGS=(--references 64 --epochs 20 --learning-rate 5e-5)
 # the shared start: SFT, its evaluation (the GRPO arm's sampler prior), its export
-step $FW sft --config "$CFG" --set "store.uri=$LAKE" --run-id split-rl "${SFT_ARGS[@]}" \
+made split-rl || step $FW sft --config "$CFG" --set "store.uri=$LAKE" --run-id split-rl "${SFT_ARGS[@]}" \
   --max-minutes "$SFT_MINUTES"                                                         > "$OUT/sft-shared.txt"
 step $FW eval --config "$CFG" --set "store.uri=$LAKE" --run-id split-rl --version 1   > "$OUT/eval-shared.txt"
-[ -d "$SFT20" ] || step $FW export --run-id split-rl --version 1 --to "$SFT20"        > "$OUT/export.txt"
+[ -d "$SFT20" ] || step $FW export --run-id split-rl --store "$LAKE" --version 1 --to "$SFT20" > "$OUT/export.txt"
 # arm 1: more SFT, from the shared policy
-step $FW sft --config "$CFG" --set "store.uri=$LAKE" --set "model.path=$SFT20" --run-id split-sft \
+made split-sft || step $FW sft --config "$CFG" --set "store.uri=$LAKE" --set "model.path=$SFT20" --run-id split-sft \
   "${SFT_ARGS[@]}" --max-minutes "$LAST_MINUTES"                                       > "$OUT/sft-arm.txt"
 step $FW eval --config "$CFG" --set "store.uri=$LAKE" --run-id split-sft              > "$OUT/eval-sft-arm.txt"
 # arm 2: GRPO, resuming the shared run (its version 1)
