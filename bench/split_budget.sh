@@ -5,45 +5,49 @@
 # thompson curriculum, whose prior is the shared policy's evaluation (so it spends its samples
 # on the arms SFT left unsaturated). Every policy is evaluated on the same held-out cells,
 # code_transfer and HumanEval in one lake, so every comparison pairs the same tasks. Runs one
-# step after another (2 cores: never two at once). Results: bench/results/split-<date>/.
+# step after another (2 cores: never two at once). Results: bench/results/<NAME>-<date>/.
 #   bash bench/split_budget.sh     # ~1.5 h on the 2-core VM
+#   NAME=split-l123 LEVELS="[1, 2, 3]" bash bench/split_budget.sh   # held-out cells SFT may not saturate
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FW=.venv/bin/flywheel
 CFG=recipes/cpu-30min-proof.yaml
-LAKE=runs/split/lake
-SFT20=runs/split/sft20
-OUT=bench/results/split-$(date -u +%Y-%m-%d)
+NAME=${NAME:-split}
+LEVELS=${LEVELS:-[1]}
+LAKE=runs/$NAME/lake
+SFT20=runs/$NAME/sft20
+OUT=bench/results/$NAME-$(date -u +%Y-%m-%d)
 SFT_MINUTES=${SFT_MINUTES:-20}
 LAST_MINUTES=${LAST_MINUTES:-10}
-mkdir -p "$OUT" runs/split
+mkdir -p "$OUT" "runs/$NAME"
 made() { [ -f "$LAKE/_policies/run=$1/manifest.json" ]; }  # an SFT step already done: not again
 step() {
   echo "== $(date -u +%H:%M:%S) $(git rev-parse --short HEAD) $*" | tee -a "$OUT/steps.log"
   /usr/bin/time -f "   wall %e s" -a -o "$OUT/steps.log" "$@"
 }
+C=(--config "$CFG" --set "store.uri=$LAKE" --set "sampler.levels=$LEVELS")
 SFT_ARGS=(--references 64 --epochs 20 --learning-rate 5e-5)
 # the shared start: SFT, its evaluation (the GRPO arm's sampler prior), its export
-made split-rl || step $FW sft --config "$CFG" --set "store.uri=$LAKE" --run-id split-rl "${SFT_ARGS[@]}" \
+made $NAME-rl || step $FW sft "${C[@]}" --run-id $NAME-rl "${SFT_ARGS[@]}" \
   --max-minutes "$SFT_MINUTES"                                                         > "$OUT/sft-shared.txt"
-step $FW eval --config "$CFG" --set "store.uri=$LAKE" --run-id split-rl --version 1   > "$OUT/eval-shared.txt"
-[ -d "$SFT20" ] || step $FW export --run-id split-rl --store "$LAKE" --version 1 --to "$SFT20" > "$OUT/export.txt"
+step $FW eval "${C[@]}" --run-id $NAME-rl --version 1   > "$OUT/eval-shared.txt"
+[ -d "$SFT20" ] || step $FW export --run-id $NAME-rl --store "$LAKE" --version 1 --to "$SFT20" > "$OUT/export.txt"
 # arm 1: more SFT, from the shared policy
-made split-sft || step $FW sft --config "$CFG" --set "store.uri=$LAKE" --set "model.path=$SFT20" --run-id split-sft \
+made $NAME-sft || step $FW sft "${C[@]}" --set "model.path=$SFT20" --run-id $NAME-sft \
   "${SFT_ARGS[@]}" --max-minutes "$LAST_MINUTES"                                       > "$OUT/sft-arm.txt"
-step $FW eval --config "$CFG" --set "store.uri=$LAKE" --run-id split-sft              > "$OUT/eval-sft-arm.txt"
+step $FW eval "${C[@]}" --run-id $NAME-sft              > "$OUT/eval-sft-arm.txt"
 # arm 2: GRPO, resuming the shared run (its version 1)
-step $FW run --config "$CFG" --run-id split-rl --set "store.uri=$LAKE" --set cold_start.references=0 \
+step $FW run "${C[@]}" --run-id $NAME-rl --set cold_start.references=0 \
   --set "max_wall_minutes=$LAST_MINUTES" --set trainer.learning_rate=5e-6 \
   --set curriculum.strategy=thompson                                                   > "$OUT/rl-arm.txt"
-cp runs/split-rl/cycles.jsonl "$OUT/rl-cycles.jsonl"
-step $FW eval --config "$CFG" --set "store.uri=$LAKE" --run-id split-rl              > "$OUT/eval-rl-arm.txt"
+cp runs/$NAME-rl/cycles.jsonl "$OUT/rl-cycles.jsonl"
+step $FW eval "${C[@]}" --run-id $NAME-rl              > "$OUT/eval-rl-arm.txt"
 cmp() { $FW compare --store "$LAKE" "$@" >> "$OUT/compare.txt"; }
-cmp --run-id split-sft --a current --other-run split-rl --b current
-cmp --run-id split-rl --a 1 --other-run split-sft --b current
-cmp --run-id split-rl --a 1 --b current
+cmp --run-id $NAME-sft --a current --other-run $NAME-rl --b current
+cmp --run-id $NAME-rl --a 1 --other-run $NAME-sft --b current
+cmp --run-id $NAME-rl --a 1 --b current
 # the base model last: the reference for "no regression" on HumanEval and code_transfer
-step $FW eval --config "$CFG" --set "store.uri=$LAKE" --run-id split-base             > "$OUT/eval-base.txt"
-cmp --run-id split-base --a 0 --other-run split-sft --b current
-cmp --run-id split-base --a 0 --other-run split-rl --b current
+step $FW eval "${C[@]}" --run-id $NAME-base             > "$OUT/eval-base.txt"
+cmp --run-id $NAME-base --a 0 --other-run $NAME-sft --b current
+cmp --run-id $NAME-base --a 0 --other-run $NAME-rl --b current
 sed -i "s|$PWD/||g" "$OUT"/*.txt
