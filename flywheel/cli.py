@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 import flywheel  # noqa: F401  (offline defaults)
-from flywheel.cli_common import checked_config, live_display, load_config, rich_table
+from flywheel.cli_common import checked_config, live_display, rich_table, valid_config
 from flywheel.cli_eval import register_eval_commands
 from flywheel.cli_store import store_app
 from flywheel.cli_production import register_production_commands
@@ -161,7 +161,7 @@ def report(
         if not run_id:
             typer.secho("--by workload needs --run-id (the run whose policy is reported)", fg="red", err=True)
             raise typer.Exit(2)
-        config = load_config(config_file, set_, **{"run_id": run_id, "runs_dir": runs_dir, "store.uri": store,
+        config = valid_config(config_file, set_, **{"run_id": run_id, "runs_dir": runs_dir, "store.uri": store,
                                                    "store.endpoint": s3_endpoint})  # fmt: skip
         rows = workload_rows(config)
         Console().print(rich_table(list(rows[0]) if rows else ["workload"], [list(r.values()) for r in rows]))
@@ -182,11 +182,7 @@ def domains(
     points) and the config's own (task files, module:Class), with kind, levels and source."""
     from environments.registry import available
 
-    try:
-        config = load_config(config_file, set_)
-    except (ValueError, FileNotFoundError) as exc:
-        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
-        raise typer.Exit(2)
+    config = valid_config(config_file, set_)
     from flywheel.run_domains import trace_source
 
     infos = available(config.sampler.domains, config.eval.files, trace_source(config))
@@ -210,7 +206,7 @@ def show_config(config_file: Optional[Path] = typer.Option(None, "--config")):
     """Print the effective config as YAML."""
     import yaml
 
-    config = load_config(config_file, [])
+    config = valid_config(config_file, [])
     yaml.safe_dump(config.model_dump(), sys.stdout, sort_keys=False)
 
 
@@ -233,7 +229,7 @@ def sandbox_build_image(
     from environments.sandbox.docker_backend import docker_unavailable
     from environments.sandbox.docker_image import build_image
 
-    config = load_config(config_file, [])
+    config = valid_config(config_file, [])
     libraries = libraries_dir(config.sandbox)
     hosts = host or config.sandbox.docker_hosts or [""]
     down = {h: why for h in hosts if (why := docker_unavailable([h]))}

@@ -22,14 +22,19 @@ def load_config(config_file: Optional[Path], overrides: list[str], **flags) -> F
     return apply_overrides(config, sets)
 
 
-def checked_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
-    """The config the command runs with (a fresh run id when none is given), or exit 2
-    naming what is wrong with it, its model path or its lake."""
+def valid_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
+    """The config, or exit 2 naming what is wrong with it (file, key, value)."""
     try:
-        config = load_config(config_file, overrides, **flags).with_run_id()
+        return load_config(config_file, overrides, **flags)
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"bad configuration: {exc}", fg="red", err=True)
         raise typer.Exit(2)
+
+
+def checked_config(config_file: Optional[Path], overrides: list[str], **flags) -> FlywheelConfig:
+    """The config the command runs with (a fresh run id when none is given), or exit 2
+    naming what is wrong with it, its model path or its lake."""
+    config = valid_config(config_file, overrides, **flags).with_run_id()
     preflight(config)
     return config
 

@@ -81,3 +81,16 @@ def test_an_override_turns_an_optional_section_on_with_its_defaults():
     assert cfg.trainer.lora.r == 8 and "q_proj" in cfg.trainer.lora.target_modules
     with pytest.raises(ValueError, match="unknown key 'rank'"):
         apply_overrides(FlywheelConfig(), ["trainer.lora.rank=8"])
+
+
+def test_show_config_names_a_bad_key_instead_of_a_traceback(tmp_path):
+    from typer.testing import CliRunner
+
+    from flywheel.cli import app
+
+    p = tmp_path / "recipe.yaml"
+    p.write_text("trainer:\n  learnig_rate: 1.0e-6\n")
+    res = CliRunner().invoke(app, ["show-config", "--config", str(p)])
+    assert res.exit_code == 2 and "trainer.learnig_rate" in res.output and "Traceback" not in res.output
+    ok = CliRunner().invoke(app, ["show-config"])
+    assert ok.exit_code == 0 and "generation:" in ok.output and "sampling:" not in ok.output
