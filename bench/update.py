@@ -62,9 +62,9 @@ class PlainTorchStep:
         self.cfg = cfg
 
     def step(self, samples):
+        from policy.batching import micro_batches
         from policy.grpo import clipped_pg_loss, token_weights
         from policy.logprobs import pad_batch, token_logprobs
-        from policy.trainer import micro_batches
 
         weights_of = dict(
             zip(map(id, samples), token_weights([len(s.completion_ids) for s in samples], "token_mean"))

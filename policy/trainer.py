@@ -1,9 +1,9 @@
 """The GRPO update on DeepSpeed ZeRO-3: one process on CPU (gloo), many with a launcher.
 
-One `step` is one optimizer step over a batch of trajectories. Each rank takes every
-world_size-th sample, sorts its share by length and packs it into micro-batches of at
-most `micro_batch_tokens` padded tokens, cut where padding plus a per-micro-batch cost
-is least. DeepSpeed runs with
+One `step` is one optimizer step over a batch of trajectories. Each rank takes its share
+and packs it into micro-batches of at most `micro_batch_tokens` padded tokens
+(policy/batching.py); with `share_prompt` a group's samples run their common prompt once.
+DeepSpeed runs with
 `managed_gradient_accumulation: false`: every micro-batch's backward accumulates, and
 the one `step()` reduces and updates, so the number of micro-batches can vary per
 update. Ranks pad their micro-batch count to the largest (ZeRO-3 needs every rank in
@@ -35,9 +35,11 @@ from pathlib import Path
 import torch
 
 from policy import lora
+from policy.batching import MicroBatch, plan, rank_share
 from policy.grpo import clipped_pg_loss, decoupled_importance, nll_loss, token_weights
-from policy.logprobs import pad_batch, token_logprobs
+from policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
 
+GPU_MIN_SHARED_PROMPT = 1024  # tokens; bench/share_prompt.py on an H200 (bench/README.md)
 WEIGHT_FILES = (".safetensors", ".bin", "model.safetensors.index.json")
 
 
@@ -65,13 +67,18 @@ def model_tokens(sample: TrainSample) -> int:
 
 
 def place_completions(
-    chunk: list[TrainSample], old_lp: torch.Tensor, weights: torch.Tensor, scales: list[float]
+    chunk: list[TrainSample],
+    old_lp: torch.Tensor,
+    weights: torch.Tensor,
+    scales: list[float],
+    shared: bool = False,
 ) -> None:
     """Write each sample's old logprobs and loss weights at its completion positions
-    (position t-1 predicts token t). Observation tokens (NaN) get weight 0 and old
-    logprob 0, so they drop out of the loss, the clip statistics and the KL term."""
+    (position t-1 predicts token t; in a shared-prompt micro-batch position j holds
+    completion token j). Observation tokens (NaN) get weight 0 and old logprob 0, so they
+    drop out of the loss, the clip statistics and the KL term."""
     for i, (s, w) in enumerate(zip(chunk, scales)):
-        start = len(s.prompt_ids) - 1
+        start = 0 if shared else len(s.prompt_ids) - 1
         end = start + len(s.completion_ids)
         old = torch.tensor(s.old_logprobs, dtype=old_lp.dtype)
         old_lp[i, start:end] = torch.nan_to_num(old, nan=0.0)
@@ -118,31 +125,6 @@ def _init_distributed() -> str:
             )
         deepspeed.init_distributed(dist_backend=backend)  # adopts a group that already exists
     return "cuda" if cuda else "cpu"
-
-
-def micro_batches(
-    samples: list[TrainSample], max_tokens: int, overhead_tokens: int = 64
-) -> list[list[TrainSample]]:
-    """Length-sorted micro-batches of at most `max_tokens` padded tokens (at least one
-    sequence each), cut where they cost least: each micro-batch costs its padded size
-    plus `overhead_tokens` (a fixed cost per forward/backward), minimised exactly by
-    dynamic programming over the sorted lengths."""
-    ordered = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in ordered]
-    best = [0.0] + [float("inf")] * len(ordered)  # best[j]: cheapest packing of ordered[:j]
-    cut = [0] * (len(ordered) + 1)
-    for j in range(1, len(ordered) + 1):
-        for i in range(j - 1, -1, -1):  # the last micro-batch is ordered[i:j]; its max is lengths[j-1]
-            if j - i > 1 and (j - i) * lengths[j - 1] > max_tokens:
-                break
-            cost = best[i] + (j - i) * lengths[j - 1] + overhead_tokens
-            if cost < best[j]:
-                best[j], cut[j] = cost, i
-    batches, j = [], len(ordered)
-    while j > 0:
-        batches.append(ordered[cut[j] : j])
-        j = cut[j]
-    return batches[::-1]
 
 
 def _max_over_ranks(value: int) -> int:
@@ -209,29 +191,32 @@ class GRPOTrainer:
         rank = int(os.environ.get("RANK", "0"))
         per_sample = token_weights([model_tokens(s) for s in samples], cfg.loss_aggregation)
         weight_of = {id(s): w for s, w in zip(samples, per_sample)}
-        chunks = micro_batches(samples[rank::world], cfg.micro_batch_tokens)
-        chunks += [[]] * (_max_over_ranks(len(chunks)) - len(chunks))
+        share_from = self.min_shared_prompt()
+        mine = rank_share(samples, rank, world, share_from is not None)
+        batches = plan(mine, cfg.micro_batch_tokens, share_from)
+        shared = [b for b in batches if b.shared_prompt]
+        packed = [b for b in batches if not b.shared_prompt]
+        # every rank runs every forward (ZeRO-3 gathers parameters in it): pad each kind
+        shared += [None] * (_max_over_ranks(len(shared)) - len(shared))
+        packed += [None] * (_max_over_ranks(len(packed)) - len(packed))
         loss_total, padded, real, stats_seen = 0.0, 0, 0, []
         self.engine.train()
-        for chunk in chunks:
+        for kind, batch in [(True, b) for b in shared] + [(False, b) for b in packed]:
             scale = float(world)  # DeepSpeed averages gradients over ranks; we want the sum
-            if not chunk:  # every rank runs every forward (ZeRO-3 gathers parameters in it)
-                chunk, scale = samples[:1], 0.0
-            seqs = [s.prompt_ids + s.completion_ids for s in chunk]
-            ids, mask = pad_batch(seqs)
-            ids, mask = ids.to(self.device), mask.to(self.device)
-            first = min(len(s.prompt_ids) for s in chunk) - 1  # no logits for what every prompt holds
-            new_lp = token_logprobs(self.engine, ids, mask, first)
+            if batch is None:  # a forward whose loss counts nothing
+                batch, scale = MicroBatch(samples[:1], shared_prompt=kind), 0.0
+            chunk = batch.samples
+            new_lp = self._logprobs(self.engine, batch)
             old_lp = torch.zeros_like(new_lp)
             weights = torch.zeros_like(new_lp)
-            place_completions(chunk, old_lp, weights, [weight_of[id(s)] * scale for s in chunk])
+            place_completions(chunk, old_lp, weights, [weight_of[id(s)] * scale for s in chunk], kind)
             if objective == "sft":
                 loss, stats = nll_loss(new_lp, weights)
             else:
                 ref_lp = None
                 if self.reference is not None:
                     with torch.no_grad():
-                        ref_lp = token_logprobs(self.reference, ids, mask, first)
+                        ref_lp = self._logprobs(self.reference, batch)
                 adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
                 is_w = None
                 if cfg.off_policy_correction == "truncated_is" and any(s.behaviour_differs for s in chunk):
@@ -250,15 +235,17 @@ class GRPOTrainer:
                 )
             self.engine.backward(loss, scale_wrt_gas=False)
             loss_total += loss.item() / world
-            padded += ids.numel() if scale else 0
-            real += int(mask.sum()) if scale else 0
+            if scale:
+                r, p = batch.tokens()
+                real, padded = real + r, padded + p
             stats_seen.append(stats)
         self.engine.step()
         self.steps += 1
         metrics = {
             "loss": loss_total,
             "samples": len(samples),
-            "micro_batches": len(chunks),
+            "micro_batches": len(shared) + len(packed),
+            "shared_prompt_micro_batches": len(shared),
             "completion_tokens": sum(len(s.completion_ids) for s in samples),
             "tokens": real,  # on this rank, padding excluded
             "padding_fraction": 1 - real / max(1, padded),
@@ -269,6 +256,25 @@ class GRPOTrainer:
         metrics["off_policy_samples"] = sum(1 for s in samples if s.policy_lag > 0)
         metrics["engine_mismatch_samples"] = sum(1 for s in samples if s.engine_mismatch)
         return metrics
+
+    def min_shared_prompt(self) -> int | None:
+        """The shortest prompt whose group runs it once (None: never). `share_prompt`
+        empty: every prompt on CPU, where the step is compute-bound; on a GPU only long
+        ones, since a second forward costs more than short prompts save there (measured:
+        bench/README.md, "Sharing a group's prompt in the update")."""
+        if self.cfg.share_prompt is not None:
+            return 0 if self.cfg.share_prompt else None
+        return GPU_MIN_SHARED_PROMPT if self.device == "cuda" else 0
+
+    def _logprobs(self, model, batch: MicroBatch) -> torch.Tensor:
+        """A micro-batch's logprobs under `model`, in its kind's layout (place_completions)."""
+        chunk = batch.samples
+        if batch.shared_prompt:
+            comps = [s.completion_ids for s in chunk]
+            return shared_prompt_logprobs(model, chunk[0].prompt_ids, comps, self.device)
+        ids, mask = pad_batch([s.prompt_ids + s.completion_ids for s in chunk])
+        first = min(len(s.prompt_ids) for s in chunk) - 1  # no logits for what every prompt holds
+        return token_logprobs(model, ids.to(self.device), mask.to(self.device), first)
 
     @torch.no_grad()
     def logprobs(self, sequences: list[list[int]], prompt_lens: list[int]) -> list[list[float]]:

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from flywheel.config import TrainerConfig
-from policy.trainer import GRPOTrainer, TrainSample, micro_batches
+from policy.batching import micro_batches
+from policy.trainer import GRPOTrainer, TrainSample
 
 
 def test_micro_batches_respect_the_token_budget():
@@ -169,3 +170,73 @@ def test_logprobs_from_a_first_position_without_logits_to_keep(tiny_model):
         torch.testing.assert_close(
             token_logprobs(older, ids, mask, first=12), token_logprobs(model, ids, mask, first=12)
         )
+
+
+def test_shared_prompt_logprobs_and_gradients_match_separate_passes(tiny_model):
+    """One prompt run once for three completions of different lengths gives each
+    completion token the logprob (and each weight the gradient) of three full passes."""
+    from transformers import AutoModelForCausalLM
+
+    from policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    model.config.use_cache = False  # as the trainer loads it
+    prompt = list(range(5, 25))
+    comps = [list(range(100, 107)), list(range(200, 203)), list(range(300, 312))]
+    weight = model.model.layers[0].self_attn.q_proj.weight
+
+    def grad_of(total):
+        model.zero_grad()
+        total.backward()
+        return weight.grad.clone()
+
+    shared = shared_prompt_logprobs(model, prompt, comps)
+    g_shared = grad_of(sum(shared[i, : len(c)].sum() for i, c in enumerate(comps)))
+    ids, mask = pad_batch([prompt + c for c in comps])
+    full = token_logprobs(model, ids, mask)
+    start = len(prompt) - 1
+    g_full = grad_of(sum(full[i, start : start + len(c)].sum() for i, c in enumerate(comps)))
+    for i, c in enumerate(comps):
+        torch.testing.assert_close(shared[i, : len(c)], full[i, start : start + len(c)], rtol=1e-5, atol=1e-5)
+        assert torch.all(shared[i, len(c) :] == 0)
+    torch.testing.assert_close(g_shared, g_full, rtol=1e-4, atol=1e-6)
+
+
+def test_sharing_prompts_makes_the_same_update_on_fewer_tokens(tiny_model):
+    """Two groups of three samples and one single sample: with share_prompt the groups run
+    their prompts once, and the weights after a step are those of the unshared step."""
+    batch = [
+        TrainSample([1, 50 + g, 60, 70, 80], [300 + i] * (2 + i), [-3.0] * (2 + i), (-1.0) ** i)
+        for g in range(2)
+        for i in range(3)
+    ] + [TrainSample([1, 90], [400, 401], [-3.0, -3.0], 0.5)]
+    results = []
+    for share in (False, True):
+        trainer = GRPOTrainer(tiny_model, TrainerConfig(learning_rate=1e-2, share_prompt=share))
+        metrics = trainer.step(batch)
+        results.append((metrics, trainer.logprobs([[1, 2, 3, 4, 5]], [1])[0]))
+    (plain, lp_plain), (shared, lp_shared) = results
+    assert (plain["shared_prompt_micro_batches"], shared["shared_prompt_micro_batches"]) == (0, 2)
+    assert shared["tokens"] == plain["tokens"] - 2 * 2 * 5  # each group's prompt once, not three times
+    assert shared["loss"] == pytest.approx(plain["loss"], abs=1e-5)
+    assert lp_shared == pytest.approx(lp_plain, abs=1e-4)
+
+
+def test_a_plan_shares_prompts_splits_long_groups_and_keeps_groups_on_one_rank():
+    from policy.batching import plan, rank_share
+
+    group = [TrainSample([1] * 10, [2] * n, [0.0] * n, 0.0) for n in (3, 30, 4, 31)]
+    lone = [TrainSample([5] * 8, [6] * 5, [0.0] * 5, 0.0), TrainSample([7] * 6, [8] * 2, [0.0] * 2, 0.0)]
+    batches = plan(group + lone, max_tokens=10**6, min_shared_prompt=0)
+    assert [(b.shared_prompt, len(b.samples)) for b in batches] == [(True, 4), (False, 2)]
+    assert batches[0].tokens() == (10 + 68, 10 + 4 * 31)
+    tight = plan(group + lone, max_tokens=75, min_shared_prompt=0)  # 4 x 31 > 75 - 10: the long pair apart
+    assert [sorted(len(s.completion_ids) for s in b.samples) for b in tight if b.shared_prompt] == [
+        [3, 4],
+        [30, 31],
+    ]
+    assert all(not b.shared_prompt for b in plan(group + lone, 10**6, min_shared_prompt=None))
+    assert all(not b.shared_prompt for b in plan(group + lone, 10**6, min_shared_prompt=11))  # prompt of 10
+    shares = [rank_share(group + lone, r, 2, True) for r in range(2)]
+    assert sorted(map(id, shares[0] + shares[1])) == sorted(map(id, group + lone))
+    assert any(all(s in share for s in group) for share in shares)  # the group stays whole

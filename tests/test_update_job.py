@@ -38,7 +38,7 @@ def test_two_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
     tasks = get_environment("code").make_tasks("train", 1, 0, 3)
     trajs = make_trajectories("r", 0, tasks, {t.task_id: [1.0, 0.0] for t in tasks})
     for i, tr in enumerate(trajs):  # real token ids of varied lengths
-        tr.prompt_token_ids = tok(f"question {i}", add_special_tokens=False)["input_ids"]
+        tr.prompt_token_ids = tok(f"question {i // 2}", add_special_tokens=False)["input_ids"]
         tr.completion_token_ids = tok(" answer" * (1 + i), add_special_tokens=False)["input_ids"]
         tr.completion_logprobs = [-5.0] * len(tr.completion_token_ids)
     lake = str(tmp_path / "lake")
@@ -48,6 +48,9 @@ def test_two_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
     out1 = run_job(1, lake, tiny_model, str(tmp_path / "one"), str(config))
     out2 = run_job(2, lake, tiny_model, str(tmp_path / "two"), str(config))
     assert '"world_size": 1' in out1 and '"world_size": 2' in out2
+    # three prompts of two samples: one rank runs two shared-prompt micro-batches, the other
+    # one and a forward that counts nothing (ZeRO-3 needs both ranks in every forward)
+    assert '"shared_prompt_micro_batches": 3' in out1 and '"shared_prompt_micro_batches": 2' in out2
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
     base = load_file(f"{tiny_model}/model.safetensors")
     key = "model.layers.0.self_attn.q_proj.weight"
