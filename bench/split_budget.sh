@@ -8,24 +8,9 @@
 # step after another (2 cores: never two at once). Results: bench/results/<NAME>-<date>/.
 #   bash bench/split_budget.sh     # ~1.5 h on the 2-core VM
 #   NAME=split-l123 LEVELS="[1, 2, 3]" bash bench/split_budget.sh   # held-out cells SFT may not saturate
-set -euo pipefail
-cd "$(dirname "$0")/.."
-FW=.venv/bin/flywheel
-CFG=recipes/cpu-30min-proof.yaml
-NAME=${NAME:-split}
-LEVELS=${LEVELS:-[1]}
-LAKE=runs/$NAME/lake
-SFT20=runs/$NAME/sft20
-OUT=bench/results/$NAME-$(date -u +%Y-%m-%d)
+source "$(dirname "$0")/split_common.sh"
 SFT_MINUTES=${SFT_MINUTES:-20}
-LAST_MINUTES=${LAST_MINUTES:-10}
-mkdir -p "$OUT" "runs/$NAME"
 made() { [ -f "$LAKE/_policies/run=$1/manifest.json" ]; }  # an SFT step already done: not again
-step() {
-  echo "== $(date -u +%H:%M:%S) $(git rev-parse --short HEAD) $*" | tee -a "$OUT/steps.log"
-  /usr/bin/time -f "   wall %e s" -a -o "$OUT/steps.log" "$@"
-}
-C=(--config "$CFG" --set "store.uri=$LAKE" --set "sampler.levels=$LEVELS")
 SFT_ARGS=(--references 64 --epochs 20 --learning-rate 5e-5)
 # the shared start: SFT, its evaluation (the GRPO arm's sampler prior), its export
 made $NAME-rl || step $FW sft "${C[@]}" --run-id $NAME-rl "${SFT_ARGS[@]}" \
@@ -37,17 +22,14 @@ made $NAME-sft || step $FW sft "${C[@]}" --set "model.path=$SFT20" --run-id $NAM
   "${SFT_ARGS[@]}" --max-minutes "$LAST_MINUTES"                                       > "$OUT/sft-arm.txt"
 step $FW eval "${C[@]}" --run-id $NAME-sft              > "$OUT/eval-sft-arm.txt"
 # arm 2: GRPO, resuming the shared run (its version 1)
-step $FW run "${C[@]}" --run-id $NAME-rl --set cold_start.references=0 \
-  --set "max_wall_minutes=$LAST_MINUTES" --set trainer.learning_rate=5e-6 \
-  --set curriculum.strategy=thompson                                                   > "$OUT/rl-arm.txt"
+step $FW run "${C[@]}" --run-id $NAME-rl "${RL_ARGS[@]}"  > "$OUT/rl-arm.txt"
 cp runs/$NAME-rl/cycles.jsonl "$OUT/rl-cycles.jsonl"
 step $FW eval "${C[@]}" --run-id $NAME-rl              > "$OUT/eval-rl-arm.txt"
-cmp() { $FW compare --store "$LAKE" "$@" >> "$OUT/compare.txt"; }
-cmp --run-id $NAME-sft --a current --other-run $NAME-rl --b current
-cmp --run-id $NAME-rl --a 1 --other-run $NAME-sft --b current
-cmp --run-id $NAME-rl --a 1 --b current
+compare_into compare.txt --run-id $NAME-sft --a current --other-run $NAME-rl --b current
+compare_into compare.txt --run-id $NAME-rl --a 1 --other-run $NAME-sft --b current
+compare_into compare.txt --run-id $NAME-rl --a 1 --b current
 # the base model last: the reference for "no regression" on HumanEval and code_transfer
 step $FW eval "${C[@]}" --run-id $NAME-base             > "$OUT/eval-base.txt"
-cmp --run-id $NAME-base --a 0 --other-run $NAME-sft --b current
-cmp --run-id $NAME-base --a 0 --other-run $NAME-rl --b current
-sed -i "s|$PWD/||g" "$OUT"/*.txt
+compare_into compare.txt --run-id $NAME-base --a 0 --other-run $NAME-sft --b current
+compare_into compare.txt --run-id $NAME-base --a 0 --other-run $NAME-rl --b current
+strip_paths

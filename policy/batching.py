@@ -29,6 +29,12 @@ from dataclasses import dataclass
 class MicroBatch:
     samples: list  # TrainSample
     shared_prompt: bool  # every sample has the same prompt_ids, run once
+    counts: bool = True  # False: a padding forward for ZeRO-3 whose loss is scaled to 0
+
+    @staticmethod
+    def padding(samples: list, shared_prompt: bool) -> MicroBatch:
+        """A forward of this kind that counts nothing (ranks with fewer micro-batches)."""
+        return MicroBatch(samples[:1], shared_prompt, counts=False)
 
     def tokens(self) -> tuple[int, int]:
         """(real, padded) tokens this micro-batch runs."""
@@ -84,14 +90,13 @@ def rank_share(samples: list, rank: int, world: int, share_prompts: bool) -> lis
         return list(samples)
     if not share_prompts:
         return samples[rank::world]
-    groups = prompt_groups(samples)
-    order = sorted(range(len(groups)), key=lambda g: -sum(total_length(s) for s in groups[g]))
+    sized = [(sum(map(total_length, g)), i, g) for i, g in enumerate(prompt_groups(samples))]
     load, mine = [0] * world, []
-    for g in order:
+    for size, _, group in sorted(sized, key=lambda x: (-x[0], x[1])):
         r = min(range(world), key=lambda i: (load[i], i))
-        load[r] += sum(total_length(s) for s in groups[g])
+        load[r] += size
         if r == rank:
-            mine.extend(groups[g])
+            mine.extend(group)
     return mine
 
 

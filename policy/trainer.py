@@ -6,8 +6,8 @@ and packs it into micro-batches of at most `micro_batch_tokens` padded tokens
 DeepSpeed runs with
 `managed_gradient_accumulation: false`: every micro-batch's backward accumulates, and
 the one `step()` reduces and updates, so the number of micro-batches can vary per
-update. Ranks pad their micro-batch count to the largest (ZeRO-3 needs every rank in
-every forward). Loss weights are computed over the whole batch, so the update is the
+update. Ranks pad their count of each kind of micro-batch to the largest (ZeRO-3 needs
+every rank in every forward). Loss weights are computed over the whole batch, so the update is the
 same whatever the budget or the number of ranks (tests/test_trainer.py checks it).
 
 The optimizer is a client `torch.optim.AdamW`, so no DeepSpeed op has to compile.
@@ -194,22 +194,24 @@ class GRPOTrainer:
         share_from = self.min_shared_prompt()
         mine = rank_share(samples, rank, world, share_from is not None)
         batches = plan(mine, cfg.micro_batch_tokens, share_from)
-        shared = [b for b in batches if b.shared_prompt]
-        packed = [b for b in batches if not b.shared_prompt]
         # every rank runs every forward (ZeRO-3 gathers parameters in it): pad each kind
-        shared += [None] * (_max_over_ranks(len(shared)) - len(shared))
-        packed += [None] * (_max_over_ranks(len(packed)) - len(packed))
+        # (a shared-prompt micro-batch runs two) to the most any rank has
+        forwards = []
+        for kind in (True, False):
+            of_kind = [b for b in batches if b.shared_prompt == kind]
+            missing = _max_over_ranks(len(of_kind)) - len(of_kind)
+            forwards += of_kind + [MicroBatch.padding(samples, kind)] * missing
         loss_total, padded, real, stats_seen = 0.0, 0, 0, []
         self.engine.train()
-        for kind, batch in [(True, b) for b in shared] + [(False, b) for b in packed]:
-            scale = float(world)  # DeepSpeed averages gradients over ranks; we want the sum
-            if batch is None:  # a forward whose loss counts nothing
-                batch, scale = MicroBatch(samples[:1], shared_prompt=kind), 0.0
+        for batch in forwards:
+            # DeepSpeed averages gradients over ranks; we want the sum
+            scale = float(world) if batch.counts else 0.0
             chunk = batch.samples
             new_lp = self._logprobs(self.engine, batch)
             old_lp = torch.zeros_like(new_lp)
             weights = torch.zeros_like(new_lp)
-            place_completions(chunk, old_lp, weights, [weight_of[id(s)] * scale for s in chunk], kind)
+            scales = [weight_of[id(s)] * scale for s in chunk]
+            place_completions(chunk, old_lp, weights, scales, batch.shared_prompt)
             if objective == "sft":
                 loss, stats = nll_loss(new_lp, weights)
             else:
@@ -235,7 +237,7 @@ class GRPOTrainer:
                 )
             self.engine.backward(loss, scale_wrt_gas=False)
             loss_total += loss.item() / world
-            if scale:
+            if batch.counts:
                 r, p = batch.tokens()
                 real, padded = real + r, padded + p
             stats_seen.append(stats)
@@ -244,8 +246,8 @@ class GRPOTrainer:
         metrics = {
             "loss": loss_total,
             "samples": len(samples),
-            "micro_batches": len(shared) + len(packed),
-            "shared_prompt_micro_batches": len(shared),
+            "micro_batches": len(forwards),
+            "shared_prompt_micro_batches": sum(b.shared_prompt for b in forwards),
             "completion_tokens": sum(len(s.completion_ids) for s in samples),
             "tokens": real,  # on this rank, padding excluded
             "padding_fraction": 1 - real / max(1, padded),
@@ -261,7 +263,7 @@ class GRPOTrainer:
         """The shortest prompt whose group runs it once (None: never). `share_prompt`
         empty: every prompt on CPU, where the step is compute-bound; on a GPU only long
         ones, since a second forward costs more than short prompts save there (measured:
-        bench/README.md, "Sharing a group's prompt in the update")."""
+        bench/README.md, "A group's prompt run once in the update")."""
         if self.cfg.share_prompt is not None:
             return 0 if self.cfg.share_prompt else None
         return GPU_MIN_SHARED_PROMPT if self.device == "cuda" else 0

@@ -1,0 +1,25 @@
+# Shared by bench/split_budget.sh and bench/split_share_arm.sh (sourced, not run): the
+# recipe, the lake and results dir of a split named NAME, and the helpers that log each
+# step's wall time and append paired comparisons.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FW=${FW:-.venv/bin/flywheel}
+CFG=recipes/cpu-30min-proof.yaml
+NAME=${NAME:-split}
+LEVELS=${LEVELS:-[1]}
+LAKE=runs/$NAME/lake
+SFT20=runs/$NAME/sft20
+OUT=${OUT:-bench/results/$NAME-$(date -u +%Y-%m-%d)}
+LAST_MINUTES=${LAST_MINUTES:-10}
+mkdir -p "$OUT" "runs/$NAME"
+C=(--config "$CFG" --set "store.uri=$LAKE" --set "sampler.levels=$LEVELS")
+# the GRPO arm: no cold start of its own, 10 minutes at 5e-6, the thompson curriculum
+RL_ARGS=(--set cold_start.references=0 --set "max_wall_minutes=$LAST_MINUTES"
+  --set trainer.learning_rate=5e-6 --set curriculum.strategy=thompson)
+step() {
+  echo "== $(date -u +%H:%M:%S) $(git rev-parse --short HEAD) $*" | tee -a "$OUT/steps.log"
+  /usr/bin/time -f "   wall %e s" -a -o "$OUT/steps.log" "$@"
+}
+# paired comparison appended to $OUT/$1: compare_into FILE --run-id A --a V --other-run B --b W
+compare_into() { local file=$1; shift; $FW compare --store "$LAKE" "$@" >> "$OUT/$file"; }
+strip_paths() { sed -i "s|$PWD/||g" "$OUT"/*.txt; }  # results name no machine's paths
