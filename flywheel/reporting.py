@@ -63,13 +63,12 @@ def publish_table(run_id: str, name: str, rows: list[dict], description: str) ->
 
         if FlowRunContext.get() is not None and rows:
             create_table_artifact(rows, key=artifact_key(run_id, name), description=description)
-    except Exception as exc:  # reporting never stops the flywheel
+    except Exception as exc:  # noqa: BLE001  reporting never stops the flywheel
         log.warning("could not publish the %s table: %s", name, exc)
 
 
 DOMAIN_CYCLES_SQL = """
-SELECT domain, cycle, sum(pass_rate * samples) / sum(samples) FROM groups WHERE split = 'train'
-GROUP BY domain, cycle ORDER BY domain, cycle
+SELECT domain, cycle, pass_rate FROM domain_cycles WHERE split = 'train' ORDER BY domain, cycle
 """
 
 
@@ -88,7 +87,9 @@ def domains_png(rows: list[tuple[str, int, float]], title: str) -> bytes | None:
     grid = np.full((len(domains), len(cycles)), np.nan)
     for d, c, p in rows:
         grid[domains.index(d), cycles.index(c)] = p
-    fig, ax = plt.subplots(figsize=(min(14, 3 + 0.3 * len(cycles)), min(30, 1 + 0.22 * len(domains))), dpi=100)
+    fig, ax = plt.subplots(
+        figsize=(min(14, 3 + 0.3 * len(cycles)), min(30, 1 + 0.22 * len(domains))), dpi=100
+    )
     im = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
     ax.set_yticks(range(len(domains)), domains, fontsize=7)
     ax.set_xticks(range(len(cycles)), cycles, fontsize=7)
@@ -126,7 +127,11 @@ def publish_cycle(rt, summary) -> None:
         if FlowRunContext.get() is None:
             return
         run = rt.run_id
-        create_table_artifact(summary.by_domain_level, key=artifact_key(run, "metrics"), description=f"cycle {summary.cycle} by domain and level")
+        create_table_artifact(
+            summary.by_domain_level,
+            key=artifact_key(run, "metrics"),
+            description=f"cycle {summary.cycle} by domain and level",
+        )
         stages = "\n".join(f"| {k} | {v:.1f} |" for k, v in summary.stage_s.items())
         create_markdown_artifact(
             f"### {run}, cycle {summary.cycle}\n\n"
@@ -137,17 +142,21 @@ def publish_cycle(rt, summary) -> None:
             key=artifact_key(run, "summary"),
         )  # fmt: skip
         data_url = "data:image/png;base64," + base64.b64encode(png).decode()
-        create_image_artifact(data_url, key=artifact_key(run, "reward-curve"), description="reward and pass rate per cycle")
+        create_image_artifact(
+            data_url, key=artifact_key(run, "reward-curve"), description="reward and pass rate per cycle"
+        )
         if heat:
             heat_url = "data:image/png;base64," + base64.b64encode(heat).decode()
-            create_image_artifact(heat_url, key=artifact_key(run, "domains"), description="pass rate per domain and cycle")
+            create_image_artifact(
+                heat_url, key=artifact_key(run, "domains"), description="pass rate per domain and cycle"
+            )
         uri = rt.config.lake_uri.rstrip("/")
         create_link_artifact(
             f"{uri}/trajectories/run={run}/cycle={summary.cycle}" if uri.startswith("s3://") else
             f"file://{rt.lake.root}/trajectories/run={run}/cycle={summary.cycle}",
             link_text=f"trajectories of cycle {summary.cycle}", key=artifact_key(run, "lake"),
         )  # fmt: skip
-    except Exception as exc:  # reporting never stops the flywheel
+    except Exception as exc:  # noqa: BLE001  reporting never stops the flywheel
         log.warning("could not publish Prefect artifacts: %s", exc)
 
 
@@ -183,7 +192,9 @@ def publish_eval_curve(rt, by_group: dict[str, list[str]]) -> None:
     from storage import evals
 
     con = evals.connect(rt.lake, rt.run_id)
-    versions = [v for (v,) in con.execute("SELECT DISTINCT policy_version FROM eval_cells ORDER BY 1").fetchall()]
+    versions = [
+        v for (v,) in con.execute("SELECT DISTINCT policy_version FROM eval_cells ORDER BY 1").fetchall()
+    ]
     points: dict[str, list] = {}
     for v in versions:
         for g in eval_report.groups(eval_report.cells(con, v), by_group):
@@ -198,6 +209,8 @@ def publish_eval_curve(rt, by_group: dict[str, list[str]]) -> None:
 
         if FlowRunContext.get() is not None:
             data_url = "data:image/png;base64," + base64.b64encode(png).decode()
-            create_image_artifact(data_url, key=artifact_key(rt.run_id, "eval-curve"), description="pass@1 per version")
-    except Exception as exc:  # reporting never stops the flywheel
+            create_image_artifact(
+                data_url, key=artifact_key(rt.run_id, "eval-curve"), description="pass@1 per version"
+            )
+    except Exception as exc:  # noqa: BLE001  reporting never stops the flywheel
         log.warning("could not publish the eval curve: %s", exc)

@@ -22,8 +22,8 @@ from storage.lake import Lake
 from storage.traces import TraceStore
 
 TRAINED_SQL = """
-SELECT domain, sum(pass_rate * samples) / sum(samples), sum(samples)::INT FROM groups
-WHERE domain LIKE 'traces:%' AND cycle = (SELECT max(cycle) FROM groups) GROUP BY domain
+SELECT domain, sum(pass_rate * samples) / sum(samples), sum(samples)::INT FROM domain_cycles
+WHERE domain LIKE 'traces:%' AND cycle = (SELECT max(cycle) FROM domain_cycles) GROUP BY domain
 """
 JUDGE_SQL = """
 SELECT domain, count(*) FILTER (WHERE name = 'judge' AND value IS NOT NULL)::INT,
@@ -61,7 +61,9 @@ def workload_rows(config: FlywheelConfig) -> list[dict]:
         trained = {d: (p, n) for d, p, n in con.execute(TRAINED_SQL).fetchall()}
         judged = {d: rest for d, *rest in con.execute(JUDGE_SQL).fetchall()}
     if lake.evaluation_files(config.run_id):
-        heldout = {d: (k, n) for d, k, n in evals.connect(lake, config.run_id).execute(HELDOUT_SQL).fetchall()}
+        heldout = {
+            d: (k, n) for d, k, n in evals.connect(lake, config.run_id).execute(HELDOUT_SQL).fetchall()
+        }
     source = trace_source(config)
     rows = []
     for name in sorted(set(counts) | set(config.workloads)):
@@ -78,7 +80,11 @@ def workload_rows(config: FlywheelConfig) -> list[dict]:
         p, n = trained.get(domain, (None, 0))
         k, m = heldout.get(domain, (0, 0))
         scored, errors, checked, disagree = judged.get(domain, (0, 0, 0, 0))
-        judge = f"{scored} scored, {errors} errors, disagrees {_interval(disagree, checked)}" if scored + errors else "-"
+        judge = (
+            f"{scored} scored, {errors} errors, disagrees {_interval(disagree, checked)}"
+            if scored + errors
+            else "-"
+        )
         rows.append({
             "workload": name, "traces": counts.get(name, 0), "tasks": tasks,
             "logged_failed": _interval(failed, tasks), "trained_pass": f"{p:.3f} (n={n})" if n else "-",

@@ -19,12 +19,14 @@ def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
     """A connection with the committed `trajectories` and `tasks` registered, a
     `cycles` view (one row per run and cycle with its size, reward, pass rate and the
     tokens the model sampled: observation tokens, NaN logprobs, are not counted), a
-    `groups` view (GROUPS_VIEW) and a `components` view (COMPONENTS_VIEW)."""
+    `groups` view (GROUPS_VIEW), a `domain_cycles` view (DOMAIN_CYCLES_VIEW) and a
+    `components` view (COMPONENTS_VIEW)."""
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id))
     con.register("tasks", lake.dataset("tasks", run_id))
     con.execute(CYCLES_VIEW)
     con.execute(GROUPS_VIEW)
+    con.execute(DOMAIN_CYCLES_VIEW)
     con.execute(COMPONENTS_VIEW)
     return con
 
@@ -47,6 +49,17 @@ SELECT run_id, cycle, domain, level, split, group_id, any_value(task_id) AS task
        count(*) AS samples, avg(reward) AS mean_reward, avg((verdict = 'pass')::INT) AS pass_rate,
        (max(reward) > min(reward))::INT AS informative
 FROM trajectories GROUP BY run_id, cycle, domain, level, split, group_id
+"""
+
+# One row per run, cycle, domain and split: the one definition of a domain's pass rate in
+# a cycle (the heatmap, the workload report). Each sample weighs once, so a group of k
+# samples counts k times, not once.
+DOMAIN_CYCLES_VIEW = """
+CREATE VIEW domain_cycles AS
+SELECT run_id, cycle, domain, split, sum(samples)::INT AS samples,
+       sum(mean_reward * samples) / sum(samples) AS mean_reward,
+       sum(pass_rate * samples) / sum(samples) AS pass_rate
+FROM groups GROUP BY run_id, cycle, domain, split
 """
 
 
