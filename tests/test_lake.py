@@ -206,6 +206,23 @@ def test_cycles_view_counts_the_tokens_the_model_sampled(tmp_path):
     assert connect(lake, "r").execute("SELECT sampled_tokens FROM cycles").fetchall() == [(2 + 3,)]
 
 
+def test_domain_cycles_view_weighs_each_sample_once(tmp_path):
+    """A group of 4 passing samples and a group of 2 failing ones: 4 of 6 samples pass
+    (0.667), where averaging the groups' rates would say 0.5."""
+    lake = Lake(str(tmp_path / "lake"))
+    a, b = env.make_tasks("train", 1, 0, 2)
+    rows = make_trajectories("r", 0, [a], {a.task_id: [1] * 4}, k=4)
+    rows += make_trajectories("r", 0, [b], {b.task_id: [0, 0.5]}, k=2)
+    rows = [dataclasses.replace(r, verdict="pass" if r.reward == 1 else "fail") for r in rows]
+    lake.commit_cycle("r", 0, [a, b], rows)
+    got = connect(lake, "r").execute(
+        "SELECT run_id, cycle, domain, split, samples, mean_reward, pass_rate FROM domain_cycles"
+    )
+    (row,) = got.fetchall()
+    assert row[:5] == ("r", 0, "code", "train", 6)
+    assert row[5] == pytest.approx(4.5 / 6) and row[6] == pytest.approx(4 / 6)
+
+
 def test_a_dir_the_store_lists_but_calls_missing_on_delete_loses_its_files(tmp_path):
     """SeaweedFS after a restart mid-write listed a cycle dir whose recursive delete then
     said 'Path does not exist' (CI, tests/test_lake_crash.py): the delete falls back to
