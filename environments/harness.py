@@ -17,27 +17,18 @@ from __future__ import annotations
 import json
 
 from environments.sandbox import ExecResult, Job
-from environments.tagged import PRELUDE, new_nonce, read_tagged
+from environments.tagged import LOAD_SOLUTION, PRELUDE, new_nonce, read_tagged
 
-HARNESS = PRELUDE + r"""
+# Before the solution loads: the alarm that bounds its import and each test.
+_SETUP = r"""
 import _signal
-entry, inputs, call = spec["entry"], spec.pop("inputs"), spec["call"]
+inputs, call = spec.pop("inputs"), spec["call"]
 def on_alarm(*_):
     raise TimeoutError("test took too long")
 _signal.signal(_signal.SIGALRM, on_alarm)
-ns = {"__name__": "solution"}
-try:
-    _signal.alarm(5)
-    source_fd = os.open("solution.py", os.O_RDONLY)
-    source = read_all(source_fd)
-    os.close(source_fd)
-    exec(compile(source, "solution.py", "exec"), ns)
-    _signal.alarm(0)
-except BaseException as e:
-    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
-fn = ns.get(entry)
-if not callable(fn):
-    report(outputs=[], error=f"no function named {entry}")
+"""
+# After it: call `fn` on each input, report outputs (compared on the host).
+_RUN = r"""
 canonical = json.JSONEncoder(sort_keys=True).encode
 outputs, first_error, timed_out = [], "", False
 for arg in inputs:
@@ -60,6 +51,7 @@ for arg in inputs:
             break  # one slow test is enough to know; the rest count as failed
 report(outputs=outputs, error=first_error, timed_out=timed_out)
 """
+HARNESS = PRELUDE + _SETUP + LOAD_SOLUTION + _RUN
 
 
 def harness_job(code: str, entry: str, inputs: list, call: str, test_timeout_s: int = 1, **extra) -> Job:

@@ -28,7 +28,7 @@ from environments.audit import audit_python
 from environments.base import Score
 from environments.domains.code import extract_code
 from environments.sandbox import ExecResult, Job
-from environments.tagged import PRELUDE, new_nonce, read_tagged
+from environments.tagged import LOAD_SOLUTION, PRELUDE, new_nonce, read_tagged
 
 # One definition, used on the host for the expected values and inside the harness for
 # the returned ones. Exact types only: a subclass (an int that redefines __eq__) is not
@@ -52,23 +52,13 @@ _ns: dict = {}
 exec(compile(CANON, "<canon>", "exec"), _ns)  # our own constant source, never model text  # noqa: S102
 canon = _ns["canon"]
 
-HARNESS = PRELUDE + r"""
+_SETUP = r"""
 import ast, _signal
 def on_alarm(*_):
     raise TimeoutError("test took too long")
 _signal.signal(_signal.SIGALRM, on_alarm)
-""" + CANON + r"""
-ns = {"__name__": "solution"}
-try:
-    _signal.alarm(5)
-    fd = os.open("solution.py", os.O_RDONLY)
-    exec(compile(read_all(fd), "solution.py", "exec"), ns)
-    _signal.alarm(0)
-except BaseException as e:
-    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
-fn = ns.get(spec["entry"])
-if not callable(fn):
-    report(outputs=[], error="no function named " + spec["entry"])
+"""
+_RUN = r"""
 outputs, first_error, timed_out = [], "", False
 for source in spec["cases"]:
     try:
@@ -99,6 +89,7 @@ if spec["rest"] is not None:
         timed_out = timed_out or isinstance(e, TimeoutError)
 report(outputs=outputs, rest_ok=rest_ok, error=first_error, timed_out=timed_out)
 """
+HARNESS = PRELUDE + _SETUP + CANON + LOAD_SOLUTION + _RUN
 
 
 class TestsError(ValueError):
@@ -120,7 +111,12 @@ def _case(stmt: ast.stmt, callee: str) -> list | None:
     if len(cmp.ops) != 1 or not isinstance(cmp.ops[0], ast.Eq):
         return None
     for call, want in ((cmp.left, cmp.comparators[0]), (cmp.comparators[0], cmp.left)):
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == callee and not call.keywords:
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == callee
+            and not call.keywords
+        ):
             try:
                 for a in call.args:
                     _literal(a)
@@ -231,4 +227,6 @@ def cases_score(result: ExecResult, report: dict | None, problem: str, findings:
     if report is None:
         return Score(0.0, "fail", tests_total=total, error=problem)
     verdict = "pass" if passed == total else "timeout" if report.get("timed_out") else "fail"
-    return Score(frac, verdict, outcome=frac, tests_passed=passed, tests_total=total, error=report.get("error", ""))
+    return Score(
+        frac, verdict, outcome=frac, tests_passed=passed, tests_total=total, error=report.get("error", "")
+    )

@@ -42,6 +42,24 @@ report = _reporter(spec.pop("nonce"))
 del _reporter
 """
 
+# Loads the candidate's solution.py as module "solution" under a 5 s alarm and finds the
+# function `spec["entry"]` as `fn`, reporting why not. The harness that includes it has
+# imported `_signal` and set a SIGALRM handler first; it must pop whatever the solution
+# must not see from `spec` before this runs.
+LOAD_SOLUTION = r"""
+ns = {"__name__": "solution"}
+try:
+    _signal.alarm(5)
+    fd = os.open("solution.py", os.O_RDONLY)
+    exec(compile(read_all(fd), "solution.py", "exec"), ns)
+    _signal.alarm(0)
+except BaseException as e:
+    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
+fn = ns.get(spec["entry"])
+if not callable(fn):
+    report(outputs=[], error="no function named " + spec["entry"])
+"""
+
 
 def new_nonce() -> str:
     """A nonce for a job's spec: unknown to whoever wrote the code the job runs."""
