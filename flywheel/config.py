@@ -18,6 +18,7 @@ from typing import Literal, get_args
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from environments.sandbox.base import Limits
 from flywheel.config_production import IngestConfig, JudgeConfig, WorkloadConfig
 from flywheel.config_section import Section
 from flywheel.config_tasks import CurriculumConfig, EvalConfig, ReplayConfig, SamplerConfig
@@ -96,12 +97,17 @@ class SandboxConfig(Section):
         "bwrap", description="bwrap (default), docker, or process (UNSAFE: no isolation, development only)."
     )
     concurrency: int = Field(4, ge=1, description="Warm sandbox workers in the pool.")
-    wall_s: float = 10.0
-    cpu_s: int = 10
-    memory_mb: int = 512
-    max_procs: int = 32
-    file_size_mb: int = 16
-    output_bytes: int = 65536
+    # Each execution's limits; the defaults are the sandbox's own (environments/sandbox/base.py).
+    wall_s: float = Field(Limits.wall_s, gt=0, description="Wall time per execution, seconds.")
+    cpu_s: int = Field(Limits.cpu_s, ge=1, description="CPU time per execution, seconds.")
+    memory_mb: int = Field(
+        Limits.memory_mb, ge=1, description="Address space per execution (RLIMIT_AS), MiB."
+    )
+    max_procs: int = Field(Limits.max_procs, ge=1, description="Processes per execution.")
+    file_size_mb: int = Field(
+        Limits.file_size_mb, ge=0, description="Largest file an execution may write, MiB."
+    )
+    output_bytes: int = Field(Limits.output_bytes, ge=0, description="stdout/stderr kept per execution.")
     python: str = Field("/usr/bin/python3", description="Interpreter inside the sandbox.")
     libraries: str | None = Field(
         None,
@@ -317,7 +323,9 @@ def apply_overrides(config: FlywheelConfig, overrides: list[str]) -> FlywheelCon
         node, model = data, FlywheelConfig
         *parents, leaf = key.split(".")
         if parents and parents[0] in RENAMED:
-            warnings.warn(f"config section `{parents[0]}` is now `{RENAMED[parents[0]]}`", FutureWarning, stacklevel=2)
+            warnings.warn(
+                f"config section `{parents[0]}` is now `{RENAMED[parents[0]]}`", FutureWarning, stacklevel=2
+            )
             parents[0] = RENAMED[parents[0]]
         for part in parents:
             section = _section_model(model, part)

@@ -6,6 +6,8 @@ docker_image.py builds the docker image and docker_hosts.py watches several engi
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace
 
 BACKENDS = {
@@ -16,10 +18,8 @@ BACKENDS = {
 
 
 def limits_from(cfg) -> Limits:
-    return Limits(
-        wall_s=cfg.wall_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb, max_procs=cfg.max_procs,
-        file_size_mb=cfg.file_size_mb, output_bytes=cfg.output_bytes,
-    )  # fmt: skip
+    """The `Limits` a SandboxConfig (or anything with the same fields) names."""
+    return Limits(**{f.name: getattr(cfg, f.name) for f in fields(Limits)})
 
 
 def libraries_dir(cfg) -> str | None:
@@ -50,8 +50,19 @@ def make_sandbox(cfg, warmup: tuple[str, ...] = ()) -> Sandbox:
         extra["image"] = cfg.docker_image
         extra["hosts"] = cfg.docker_hosts
         extra["transport"] = cfg.docker_transport
-    return getattr(importlib.import_module(module), cls)(limits_from(cfg), cfg.concurrency, cfg.python, **extra)
+    return getattr(importlib.import_module(module), cls)(
+        limits_from(cfg), cfg.concurrency, cfg.python, **extra
+    )
 
 
-__all__ = ["ExecResult", "Job", "Limits", "Sandbox", "Workspace", "make_sandbox", "limits_from", "libraries_dir",
-           "BACKENDS"]
+__all__ = [
+    "ExecResult",
+    "Job",
+    "Limits",
+    "Sandbox",
+    "Workspace",
+    "make_sandbox",
+    "limits_from",
+    "libraries_dir",
+    "BACKENDS",
+]
