@@ -12,6 +12,7 @@ notebook all call the flows below: one code path, several faces.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from datetime import datetime, timezone
@@ -118,10 +119,13 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
         return stop
 
     try:
-        todo = list(cycles(rt))
-        if todo and (around or every):
+        # Lazily: a caller may decide after each cycle whether another comes (bench/vs_trl.py
+        # stops on wall time); materialising such a generator never ends.
+        planned = iter(cycles(rt))
+        first = next(planned, None)
+        if first is not None and (around or every):
             evaluate_now()  # the starting policy (read back, not redone, on resume)
-        for cycle in todo:
+        for cycle in itertools.chain([] if first is None else [first], planned):
             check_stop()
             minutes = (time.monotonic() - t_start) / 60
             if config.max_wall_minutes and minutes >= config.max_wall_minutes:
@@ -144,7 +148,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
         updates.drain()
         for cycle, metrics in updates.take_metrics().items():
             logger.info("update of cycle %d (synced at the end): %s", cycle, json.dumps(metrics, default=str))
-        if todo and around and (not evaluations or evaluations[-1].policy_version != rt.engine_version):
+        if first is not None and around and (not evaluations or evaluations[-1].policy_version != rt.engine_version):
             evaluate_now()  # the last policy
     except BaseException as exc:
         updates.abandon()
