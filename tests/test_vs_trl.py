@@ -106,7 +106,9 @@ def test_a_reused_work_dir_must_match_the_training_flags(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.slow  # ~130 s: a bench's smoke test; the flywheel side is test_cycle's path, its wall-clock stop test_cycle_loop's
+# ~130 s: a bench's smoke test. The flywheel side's cycle is test_cycle's path; its stop on
+# wall time (an endless generator of cycles), test_cycle_loop's.
+@pytest.mark.slow
 def test_the_whole_bench_runs_on_a_tiny_model(tiny_model, tmp_path):
     """Both sides (TRL, and the flywheel with vLLM, DeepSpeed and bubblewrap), the shared
     evaluator and the report, on a random-weight model for a budget of seconds: each
