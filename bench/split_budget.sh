@@ -8,17 +8,19 @@
 # step after another (2 cores: never two at once). Results: bench/results/<NAME>-<date>/.
 #   bash bench/split_budget.sh     # ~1.5 h on the 2-core VM
 #   NAME=split-l123 LEVELS="[1, 2, 3]" bash bench/split_budget.sh   # held-out cells SFT may not saturate
+#   NAME=split-noref SFT_DOMAINS='[math, extraction, data, "file:examples/tasks/functions.jsonl"]' \
+#     bash bench/split_budget.sh      # code with its tests and no reference replies
 source "$(dirname "$0")/split_common.sh"
 SFT_MINUTES=${SFT_MINUTES:-20}
 made() { [ -f "$LAKE/_policies/run=$1/manifest.json" ]; }  # an SFT step already done: not again
 SFT_ARGS=(--references 64 --epochs 20 --learning-rate 5e-5)
 # the shared start: SFT, its evaluation (the GRPO arm's sampler prior), its export
-made $NAME-rl || step $FW sft "${C[@]}" --run-id $NAME-rl "${SFT_ARGS[@]}" \
+made $NAME-rl || step $FW sft "${SFT_C[@]}" --run-id $NAME-rl "${SFT_ARGS[@]}" \
   --max-minutes "$SFT_MINUTES"                                                         > "$OUT/sft-shared.txt"
 step $FW eval "${C[@]}" --run-id $NAME-rl --version 1   > "$OUT/eval-shared.txt"
 [ -d "$SFT20" ] || step $FW export --run-id $NAME-rl --store "$LAKE" --version 1 --to "$SFT20" > "$OUT/export.txt"
 # arm 1: more SFT, from the shared policy
-made $NAME-sft || step $FW sft "${C[@]}" --set "model.path=$SFT20" --run-id $NAME-sft \
+made $NAME-sft || step $FW sft "${SFT_C[@]}" --set "model.path=$SFT20" --run-id $NAME-sft \
   "${SFT_ARGS[@]}" --max-minutes "$LAST_MINUTES"                                       > "$OUT/sft-arm.txt"
 step $FW eval "${C[@]}" --run-id $NAME-sft              > "$OUT/eval-sft-arm.txt"
 # arm 2: GRPO, resuming the shared run (its version 1)

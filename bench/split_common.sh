@@ -13,6 +13,12 @@ OUT=${OUT:-bench/results/$NAME-$(date -u +%Y-%m-%d)}
 LAST_MINUTES=${LAST_MINUTES:-10}
 mkdir -p "$OUT" "runs/$NAME"
 C=(--config "$CFG" --set "store.uri=$LAKE" --set "sampler.levels=$LEVELS")
+# SFT_DOMAINS: the domains the SFT steps take reference replies from (default: the recipe's).
+# A domain of the recipe left out of it stands for one that ships a verifier and no
+# reference replies: GRPO may train on it, SFT has nothing to copy. Every evaluation and the
+# GRPO arm keep the recipe's domains.
+SFT_C=("${C[@]}")
+if [ -n "${SFT_DOMAINS:-}" ]; then SFT_C+=(--set "sampler.domains=$SFT_DOMAINS"); fi
 # the GRPO arm: no cold start of its own, 10 minutes at 5e-6, the thompson curriculum
 RL_ARGS=(--set cold_start.references=0 --set "max_wall_minutes=$LAST_MINUTES"
   --set trainer.learning_rate=5e-6 --set curriculum.strategy=thompson)
