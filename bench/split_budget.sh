@@ -10,6 +10,7 @@
 #   NAME=split-l123 LEVELS="[1, 2, 3]" bash bench/split_budget.sh   # held-out cells SFT may not saturate
 #   NAME=split-noref SFT_DOMAINS='[math, extraction, data, "file:examples/tasks/functions.jsonl"]' \
 #     bash bench/split_budget.sh      # code with its tests and no reference replies
+#   SEED=1 NAME=split-noref-s1 SFT_DOMAINS=... bash bench/split_budget.sh  # the same, another seed
 source "$(dirname "$0")/split_common.sh"
 SFT_MINUTES=${SFT_MINUTES:-20}
 made() { [ -f "$LAKE/_policies/run=$1/manifest.json" ]; }  # an SFT step already done: not again

@@ -13,6 +13,9 @@ OUT=${OUT:-bench/results/$NAME-$(date -u +%Y-%m-%d)}
 LAST_MINUTES=${LAST_MINUTES:-10}
 mkdir -p "$OUT" "runs/$NAME"
 C=(--config "$CFG" --set "store.uri=$LAKE" --set "sampler.levels=$LEVELS")
+# SEED: the run's seed (which reference tasks SFT takes, their order, the GRPO arm's samples
+# and draws); the evaluation's tasks are the same for every seed (flows/evaluate.py's EVAL_SEED)
+if [ -n "${SEED:-}" ]; then C+=(--set "seed=$SEED"); fi
 # SFT_DOMAINS: the domains the SFT steps take reference replies from (default: the recipe's).
 # A domain of the recipe left out of it stands for one that ships a verifier and no
 # reference replies: GRPO may train on it, SFT has nothing to copy. Every evaluation and the
