@@ -33,6 +33,7 @@ compare_into compare.txt --run-id $NAME-rl --a 1 --other-run $NAME-sft --b curre
 compare_into compare.txt --run-id $NAME-rl --a 1 --b current
 # the base model last: the reference for "no regression" on HumanEval and code_transfer
 step $FW eval "${C[@]}" --run-id $NAME-base             > "$OUT/eval-base.txt"
+compare_into compare.txt --run-id $NAME-base --a 0 --other-run $NAME-rl --b 1   # the shared start
 compare_into compare.txt --run-id $NAME-base --a 0 --other-run $NAME-sft --b current
 compare_into compare.txt --run-id $NAME-base --a 0 --other-run $NAME-rl --b current
 strip_paths
