@@ -1,4 +1,4 @@
-# Shared by bench/split_budget.sh and bench/split_share_arm.sh (sourced, not run): the
+# Shared by bench/split_budget.sh and bench/split_rl_arm.sh (sourced, not run): the
 # recipe, the lake and results dir of a split named NAME, and the helpers that log each
 # step's wall time and append paired comparisons.
 set -euo pipefail
@@ -25,6 +25,11 @@ if [ -n "${SFT_DOMAINS:-}" ]; then SFT_C+=(--set "sampler.domains=$SFT_DOMAINS")
 # the GRPO arm: no cold start of its own, 10 minutes at 5e-6, the thompson curriculum
 RL_ARGS=(--set cold_start.references=0 --set "max_wall_minutes=$LAST_MINUTES"
   --set trainer.learning_rate=5e-6 --set curriculum.strategy=thompson)
+# RL_SET: `key=value` settings that change the GRPO arm ("sampler.domains=[code]
+# trainer.learning_rate=1e-5": GRPO only where SFT had no references); read, not a bare
+# expansion, so that "[code]" does not glob
+read -ra KVS <<< "${RL_SET:-}"
+for kv in "${KVS[@]}"; do RL_ARGS+=(--set "$kv"); done
 step() {
   echo "== $(date -u +%H:%M:%S) $(git rev-parse --short HEAD) $*" | tee -a "$OUT/steps.log"
   /usr/bin/time -f "   wall %e s" -a -o "$OUT/steps.log" "$@"
