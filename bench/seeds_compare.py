@@ -9,6 +9,13 @@ on the same tasks.
 
     .venv/bin/python bench/seeds_compare.py --store runs/replay-seeds/lake \
         --a replay-off-s1,replay-off-s2,replay-off-s3 --b replay-on-s1,replay-on-s2,replay-on-s3
+
+A run in another lake is named `run_id@lake` (the seeds of bench/split_budget.sh each have
+their own lake, and the evaluation's tasks are the same in every one):
+
+    .venv/bin/python bench/seeds_compare.py \
+        --a split-noref-s2-sft@runs/split-noref-s2/lake,split-noref-s3-sft@runs/split-noref-s3/lake \
+        --b split-noref-s2-rl@runs/split-noref-s2/lake,split-noref-s3-rl@runs/split-noref-s3/lake
 """
 
 from __future__ import annotations
@@ -21,8 +28,11 @@ from flywheel.stats import paired, seeds_paired, wilson
 from storage import evals
 
 
-def final_scores(store: str, run_id: str) -> tuple[int, dict, dict, dict]:
-    """(version, task -> solved at the run's current version, the same at v0, task -> group)."""
+def final_scores(store: str | None, run_id: str) -> tuple[int, dict, dict, dict]:
+    """(version, task -> solved at the run's current version, the same at v0, task -> group).
+    `run_id@lake` reads that run from its own lake instead of `store`."""
+    run_id, _, own_lake = run_id.partition("@")
+    store = own_lake or store
     config = run_config(run_id, "runs", store, None)
     lake, policies = lake_and_store(config)
     con = evals.connect(lake, run_id)
@@ -40,7 +50,7 @@ def final_scores(store: str, run_id: str) -> tuple[int, dict, dict, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--store", required=True, help="the lake all runs wrote to")
+    ap.add_argument("--store", help="the lake the runs wrote to (a run named run_id@lake: that lake)")
     ap.add_argument("--a", required=True, help="comma-separated run ids of side a (the baseline)")
     ap.add_argument("--b", required=True, help="comma-separated run ids of side b")
     ap.add_argument("--names", default="a,b", help="what to call the sides in the picture")
@@ -53,7 +63,8 @@ def main() -> None:
     for side, runs in sides.items():
         for run_id, (version, final, start, _) in zip(runs, got[side]):
             lo, hi = wilson(sum(final.values()), len(final))
-            print(f"| {side} | {run_id} | v{version} | {sum(start.values()) / max(1, len(start)):.3f} | "
+            v0 = f"{sum(start.values()) / len(start):.3f}" if start else "not evaluated"
+            print(f"| {side} | {run_id} | v{version} | {v0} | "
                   f"{sum(final.values()) / len(final):.3f} [{lo:.3f}, {hi:.3f}] | {len(final)} |")  # fmt: skip
     print("\nEach seed, b - a, paired over the same tasks (tasks resampled):\n")
     for (ra, fa), (rb, fb) in zip(zip(sides["a"], got["a"]), zip(sides["b"], got["b"])):

@@ -11,6 +11,8 @@
 #   NAME=split-noref SFT_DOMAINS='[math, extraction, data, "file:examples/tasks/functions.jsonl"]' \
 #     bash bench/split_budget.sh      # code with its tests and no reference replies
 #   SEED=1 NAME=split-noref-s1 SFT_DOMAINS=... bash bench/split_budget.sh  # the same, another seed
+#   SEED=2 NAME=split-noref-s2 SFT_DOMAINS=... RL_SET="sampler.domains=[code] trainer.learning_rate=2e-5" \
+#     bash bench/split_budget.sh      # the GRPO arm on code only, at 2e-5
 source "$(dirname "$0")/split_common.sh"
 SFT_MINUTES=${SFT_MINUTES:-20}
 made() { [ -f "$LAKE/_policies/run=$1/manifest.json" ]; }  # an SFT step already done: not again
