@@ -38,7 +38,12 @@ class TrainerConfig(Section):
     clip_eps_low: float = 0.2
     clip_eps_high: float = Field(0.28, description="DAPO's clip-higher.")
     loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
-    kl_coef: float = Field(0.0, ge=0, description="KL penalty to the starting policy (k3 estimator).")
+    kl_coef: float = Field(
+        0.0,
+        ge=0,
+        description="KL penalty (k3 estimator) to the policy GRPO starts from: the run's SFT policy "
+        "when it has one (cold start or `flywheel sft`), else the base model.",
+    )
     micro_batch_tokens: int = Field(
         2048, ge=1, description="Padded tokens per micro-batch; gradients accumulate over them."
     )

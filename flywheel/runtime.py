@@ -187,15 +187,24 @@ class Runtime:
             checkpoint = self.policies.checkpoint()
             if checkpoint:  # weights and optimizer state, exactly
                 self._trainer = GRPOTrainer(
-                    self.base_model, self.config.trainer, reference_dir=self.base_model
+                    self.base_model, self.config.trainer, reference_dir=self.kl_reference()
                 )
                 self._trainer.load_checkpoint(*checkpoint)
                 log.info("resumed the trainer from checkpoint %s in %s", checkpoint[1], checkpoint[0])
             else:
                 self._trainer = GRPOTrainer(
-                    self.policy_dir, self.config.trainer, reference_dir=self.base_model
+                    self.policy_dir, self.config.trainer, reference_dir=self.kl_reference()
                 )
         return self._trainer
+
+    def kl_reference(self) -> str:
+        """The policy `trainer.kl_coef` holds GRPO near: the run's SFT policy when it has one
+        (a cold start, or `flywheel sft` into the run), else the base model. KL to the model
+        RL starts from, as is usual after SFT: held to the base, a run with a cold start was
+        pulled back from what SFT taught it (measured: bench/README.md, "GRPO only where SFT
+        has no references"). Pinned, so it is never pruned and a resumed run gets the same."""
+        sft = self.policies.manifest.get("pinned", {}).get("sft")
+        return (self.policies.hf_dir(sft) if sft else None) or self.base_model
 
     def close(self) -> None:
         self.fanout.close()
