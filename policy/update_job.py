@@ -7,7 +7,8 @@ new weights (and, with --checkpoint-dir, the DeepSpeed checkpoint that the next
 update resumes from):
 
     torchrun --nproc_per_node 2 -m policy.update_job --lake runs/R/lake --run-id R \\
-        --cycle 0 --model MODEL_DIR --out runs/R/policy/v1 [--checkpoint-dir D --tag v1]
+        --cycle 0 --model MODEL_DIR --out runs/R/policy/v1 [--checkpoint-dir D --tag v1] \
+        [--kl-reference SFT_OR_BASE_DIR]
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--model", required=True, help="the weights this update starts from")
     ap.add_argument("--out", required=True, help="where rank 0 exports the new HF dir")
     ap.add_argument("--config", help="a flywheel YAML config (its trainer section is used)")
+    ap.add_argument(
+        "--kl-reference",
+        help="the policy trainer.kl_coef holds the update near: the run's SFT policy, else its base "
+        "model (flywheel/runtime.py's kl_reference). Default --model, against which a one-step job's "
+        "penalty is 0",
+    )
     ap.add_argument("--checkpoint-dir")
     ap.add_argument("--resume-tag", help="load this DeepSpeed checkpoint first")
     ap.add_argument("--tag", help="save a DeepSpeed checkpoint under this tag")
@@ -44,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     if not samples:
         raise SystemExit("no trajectory with a learning signal in this cycle")
-    trainer = GRPOTrainer(args.model, config.trainer)
+    trainer = GRPOTrainer(args.model, config.trainer, reference_dir=args.kl_reference)
     if args.resume_tag:
         trainer.load_checkpoint(args.checkpoint_dir, args.resume_tag)
     metrics = {**stats, **trainer.step(samples), "world_size": int(os.environ.get("WORLD_SIZE", "1"))}

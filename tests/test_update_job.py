@@ -17,8 +17,9 @@ from .test_lake import make_trajectories
 pytestmark = pytest.mark.integration
 
 
-def run_job(nproc: int, lake: str, model: str, out: str, config: str) -> str:
-    args = ["--lake", lake, "--run-id", "r", "--cycle", "0", "--model", model, "--out", out, "--config", config]
+def run_job(nproc: int, lake: str, model: str, out: str, config: str, *extra: str) -> str:
+    args = ["--lake", lake, "--run-id", "r", "--cycle", "0", "--model", model, "--out", out, "--config", config,
+            *extra]  # fmt: skip
     if nproc == 1:
         cmd = [sys.executable, "-m", "policy.update_job", *args]
     else:
@@ -30,8 +31,8 @@ def run_job(nproc: int, lake: str, model: str, out: str, config: str) -> str:
     return res.stdout
 
 
-def test_two_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
-    from safetensors.torch import load_file
+def commit_cycle(tiny_model, tmp_path) -> str:
+    """A committed cycle 0 of run "r" with real token ids; returns the lake."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
@@ -43,6 +44,13 @@ def test_two_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
         tr.completion_logprobs = [-5.0] * len(tr.completion_token_ids)
     lake = str(tmp_path / "lake")
     Lake(lake).commit_cycle("r", 0, tasks, trajs)
+    return lake
+
+
+def test_two_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
+    from safetensors.torch import load_file
+
+    lake = commit_cycle(tiny_model, tmp_path)
     config = tmp_path / "config.yaml"
     config.write_text("trainer:\n  learning_rate: 0.001\n")
     out1 = run_job(1, lake, tiny_model, str(tmp_path / "one"), str(config))
@@ -58,6 +66,25 @@ def test_two_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
     for name in one:  # Adam normalises each step to ~lr, so compare against the step size
         step = (one[name] - base[name]).abs().max()
         assert (one[name] - two[name]).abs().max() <= 0.02 * step + 1e-7, name
+
+
+def test_the_kl_reference_is_the_one_named(tiny_model, tmp_path):
+    """--kl-reference: the penalty measures the distance to that policy (the run's SFT
+    policy or base), not to the weights this one-step job starts from (always 0)."""
+    import json
+
+    lake = commit_cycle(tiny_model, tmp_path)
+    moved = tmp_path / "config.yaml"
+    moved.write_text("trainer:\n  learning_rate: 0.01\n")
+    run_job(1, lake, tiny_model, str(tmp_path / "moved"), str(moved))  # other weights to start from
+    config = tmp_path / "kl.yaml"
+    config.write_text("trainer:\n  learning_rate: 0.001\n  kl_coef: 0.1\n")
+    kl = {}
+    for name, extra in (("default", ()), ("named", ("--kl-reference", tiny_model))):
+        out = run_job(1, lake, str(tmp_path / "moved"), str(tmp_path / name), str(config), *extra)
+        kl[name] = json.loads(out.split("UPDATE ", 1)[1].splitlines()[0])["kl"]
+    assert kl["default"] == pytest.approx(0.0, abs=1e-7)
+    assert kl["named"] > 1e-4
 
 
 def test_a_child_of_a_solo_trainer_does_not_rendezvous_on_its_parents_port():
