@@ -13,6 +13,8 @@
 #   SEED=1 NAME=split-noref-s1 SFT_DOMAINS=... bash bench/split_budget.sh  # the same, another seed
 #   SEED=2 NAME=split-noref-s2 SFT_DOMAINS=... RL_SET="sampler.domains=[code] trainer.learning_rate=2e-5" \
 #     bash bench/split_budget.sh      # the GRPO arm on code only, at 2e-5
+#   SEED=3 NAME=split-noref-s3 SFT_DOMAINS=... \
+#     RL_SET="sampler.domains=[code] trainer.learning_rate=2e-5 trainer.kl_coef=0.1" bash bench/split_budget.sh
 source "$(dirname "$0")/split_common.sh"
 SFT_MINUTES=${SFT_MINUTES:-20}
 made() { [ -f "$LAKE/_policies/run=$1/manifest.json" ]; }  # an SFT step already done: not again

@@ -27,7 +27,9 @@ RL_ARGS=(--set cold_start.references=0 --set "max_wall_minutes=$LAST_MINUTES"
   --set trainer.learning_rate=5e-6 --set curriculum.strategy=thompson)
 # RL_SET: `key=value` settings that change the GRPO arm ("sampler.domains=[code]
 # trainer.learning_rate=1e-5": GRPO only where SFT had no references); read, not a bare
-# expansion, so that "[code]" does not glob
+# expansion, so that "[code]" does not glob. `trainer.kl_coef=0.1` holds the arm near the
+# shared start: in split_budget.sh its run's pinned SFT policy, in split_rl_arm.sh its
+# model.path (before 36b9215 split_budget.sh's arm was held to the base model instead)
 read -ra KVS <<< "${RL_SET:-}"
 for kv in "${KVS[@]}"; do RL_ARGS+=(--set "$kv"); done
 step() {
