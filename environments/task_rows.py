@@ -28,10 +28,12 @@ go on. Nothing here runs the tests: they are parsed (environments/python_tests.p
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +42,7 @@ from environments.verifiers import KINDS, parse_number
 from storage.schema import stable_id
 
 MAX_PROMPT_CHARS = 100_000
+MAX_DEPTH = 64  # nesting levels a row may have; deeper ones are quarantined
 KNOWN = (*KINDS, "none")
 SPLITS = {"train": "train", "eval": "eval", "test": "eval", "validation": "eval", "valid": "eval", "dev": "eval"}
 RESERVED = {"prompt", "answer", "tests", "verifier", "id", "level", "split", "metadata", "entry_point", "tolerance",
@@ -190,7 +193,12 @@ def _checked_answer(verifier: str, answer):
     if isinstance(answer, float) and not math.isfinite(answer):
         raise RowError(f"answer is {answer}")
     if verifier == "numeric":
-        value = answer if isinstance(answer, (int, float)) and not isinstance(answer, bool) else parse_number(str(answer))
+        try:  # "1e400" parses as a Fraction whose float overflows; a 400-digit int has no float
+            value = answer if isinstance(answer, (int, float)) and not isinstance(answer, bool) else parse_number(str(answer))
+            if value is not None and not math.isfinite(float(value)):
+                raise OverflowError
+        except OverflowError:
+            raise RowError(f"answer {str(answer)[:40]!r} is beyond the range of a float") from None
         if value is None:
             raise RowError(f"verifier numeric needs a number, not {answer!r}")
         return value
@@ -202,6 +210,7 @@ def _checked_answer(verifier: str, answer):
                 pass
         if not isinstance(answer, dict) or not answer:
             raise RowError("verifier json_fields needs an object of expected fields as answer")
+        _finite_numbers(answer, "answer")
         return answer
     if verifier == "regex":
         try:
@@ -213,38 +222,135 @@ def _checked_answer(verifier: str, answer):
     return str(answer)
 
 
+def _finite_numbers(value, where: str) -> None:
+    """RowError naming the field of a number no float holds (inf, nan, a 400-digit int)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _finite_numbers(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _finite_numbers(v, f"{where}[{i}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            ok = math.isfinite(float(value))
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise RowError(f"{where} is a number beyond the range of a float")
+
+
 def read_rows(path: str):
-    """(where, raw row or None, error) for every row of the file, in order."""
+    """(where, raw row or None, error) for every row of the file, in order.
+
+    Nothing in a file stops the others: a line or row that cannot be read (not UTF-8, not
+    JSON, nested deeper than MAX_DEPTH, a lone surrogate, an undecodable binary value) is
+    yielded with its reason; a truncated gzip keeps the lines before the cut and reports
+    the cut; a Parquet row group that does not decode is reported and the others read; a
+    file that is not Parquet at all is one entry "file" with the reason. A JSONL file may
+    start with a UTF-8 BOM."""
     p = Path(path)
     if p.is_dir():
-        yield from _dataset_rows(p)
+        rows = _dataset_rows(p)
     elif p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        n = 0
-        for batch in pq.ParquetFile(p).iter_batches(batch_size=4096):
-            for row in batch.to_pylist():
-                n += 1
-                yield f"row {n}", row, ""
+        rows = _parquet_rows(p)
     elif p.name.endswith((".jsonl", ".json", ".jsonl.gz", ".ndjson")):
-        opener = gzip.open if p.name.endswith(".gz") else open
-        with opener(p, "rb") as f:
-            for n, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    yield f"line {n}", None, f"not UTF-8 ({exc.reason} at byte {exc.start})"
-                    continue
-                try:
-                    row = json.loads(text)
-                except ValueError as exc:
-                    yield f"line {n}", None, f"not JSON ({exc})"
-                    continue
-                yield (f"line {n}", row, "") if isinstance(row, dict) else (f"line {n}", None, "not a JSON object")
+        rows = _jsonl_rows(p)
     else:
         raise FileNotFoundError(f"{path}: not a JSONL, Parquet or `datasets` dir")
+    for where, row, error in rows:
+        if row is not None and not error:
+            try:
+                row = clean_value(row)
+            except RowError as exc:
+                row, error = None, str(exc)
+        yield where, row, error
+
+
+def _jsonl_rows(p: Path):
+    opener = gzip.open if p.name.endswith(".gz") else open
+    n = 0
+    with opener(p, "rb") as f:
+        lines = iter(f)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except (EOFError, OSError, zlib.error) as exc:  # a cut or corrupt gzip: what came before is kept
+                yield f"line {n + 1}", None, f"truncated gzip ({exc})"
+                return
+            n += 1
+            if n == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            if not raw.strip():
+                continue
+            yield (f"line {n}", *_json_row(raw))
+
+
+def _json_row(raw: bytes) -> tuple[dict | None, str]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 ({exc.reason} at byte {exc.start})"
+    try:
+        row = json.loads(text)
+    except RecursionError:  # the C decoder's own guard: far deeper than MAX_DEPTH
+        return None, f"nested deeper than {MAX_DEPTH} levels"
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    return (row, "") if isinstance(row, dict) else (None, "not a JSON object")
+
+
+def _parquet_rows(p: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:  # page checksums, where the writer stored them, catch flipped bytes in the data
+        pf = pq.ParquetFile(p, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as exc:
+        yield "file", None, f"{p}: not a readable Parquet file ({exc})"
+        return
+    n = 0
+    for g in range(pf.metadata.num_row_groups):
+        size = pf.metadata.row_group(g).num_rows
+        try:
+            rows = pf.read_row_group(g).to_pylist()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            yield f"row group {g} (rows {n + 1}-{n + size})", None, f"row group does not decode ({exc})"
+            n += size
+            continue
+        for row in rows:
+            n += 1
+            yield f"row {n}", row, ""
+
+
+def clean_value(value, where: str = "", depth: int = 0):
+    """`value` with binary values decoded as UTF-8 text; RowError naming the field for a
+    value nested deeper than MAX_DEPTH, a string with a lone surrogate (which no UTF-8
+    writer, the lake's included, accepts) or bytes that are not UTF-8. Recursion is
+    bounded by MAX_DEPTH, far under Python's limit."""
+    if depth > MAX_DEPTH:
+        raise RowError(f"nested deeper than {MAX_DEPTH} levels (at {where or 'the row'})")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RowError(f"lone surrogate in field {where or '(top)'} at character {exc.start}") from None
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RowError(f"binary value in field {where or '(top)'}: not UTF-8 text") from None
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            name = clean_value(k, where, depth + 1) if isinstance(k, (str, bytes)) else k
+            out[name] = clean_value(v, f"{where}.{name}" if where else str(name), depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [clean_value(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+    return value
 
 
 def _dataset_rows(p: Path):

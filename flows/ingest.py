@@ -74,7 +74,10 @@ def count_records(path: str) -> int:
     if p.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(p).metadata.num_rows
+        try:
+            return pq.ParquetFile(p).metadata.num_rows
+        except (pa.ArrowException, OSError):  # not Parquet: read_rows reports it as the file's one quarantined entry
+            return 0
     if p.is_file() and not p.name.endswith(".gz"):
         with open(p, "rb") as f:
             return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
