@@ -18,11 +18,20 @@ returns the wrong number of values or a value that is not a finite number is ret
 one completion at a time, so only the trajectories it fails on get an error: for those
 the function's component carries the error and adds nothing to the reward, and the
 cycle goes on.
+
+Range: every function has one, [-1, 1] unless it declares its own as an attribute next
+to its code (`fn.reward_range = (0, 2)`, read in the sandbox; `load` also takes one per
+spec). A value outside it, or one that is not a finite number, is refused on the host
+(whatever the sandbox's report says) with the reason on that trajectory's component,
+like an error: a refused value adds nothing, where clipping would hand a function fooled
+by model text into returning 1e200 the top reward. One huge value can then never swamp
+its group's advantages (policy/grpo.py clips as well).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -35,6 +44,7 @@ from environments.tagged import PRELUDE, new_nonce, read_tagged
 ROOT = "_rewards"  # where the sources sit in the job's workspace
 MAX_SOURCE_BYTES = 4 << 20
 CHUNK = 32
+DEFAULT_RANGE = (-1.0, 1.0)
 
 HARNESS = PRELUDE + r"""
 import importlib, math, sys, _signal
@@ -48,10 +58,12 @@ try:
     _signal.alarm(0)
     if not callable(fn):
         raise TypeError(spec["attr"] + " is not callable")
+    declared = getattr(fn, "reward_range", None)  # the host checks its shape
+    declared = None if declared is None else [float(x) for x in declared]
 except BaseException as e:
     report(load_error=f"{type(e).__name__}: {e}"[:500])
 if spec.get("probe"):
-    report(ok=True)
+    report(ok=True, range=declared)
 def call(prompts, completions, columns):
     _signal.alarm(spec["timeout_s"])
     try:
@@ -81,7 +93,7 @@ except BaseException as e:
         except BaseException as e:
             values.append(None)
             errors.append(f"{type(e).__name__}: {e}"[:300])
-report(values=values, errors=errors)
+report(values=values, errors=errors, range=declared)
 """
 
 
@@ -96,6 +108,7 @@ class RewardFunction:
     module: str
     attr: str
     sources: dict[str, str] = field(repr=False, hash=False, compare=False)
+    range: tuple[float, float] = DEFAULT_RANGE  # used unless the function declares `reward_range`
 
 
 def _sources(module: str, name: str) -> dict[str, str]:
@@ -128,14 +141,34 @@ def _sources(module: str, name: str) -> dict[str, str]:
     return files
 
 
-def load(specs: list[tuple[str, float]]) -> list[RewardFunction]:
+def load(specs: list[tuple]) -> list[RewardFunction]:
+    """Specs: (name, weight) or (name, weight, (low, high))."""
     out = []
-    for name, weight in specs:
+    for name, weight, *rest in specs:
         module, sep, attr = name.partition(":")
         if not sep or not module or not attr.isidentifier():
             raise RewardFunctionError(f"reward function {name!r} is not of the form 'pkg.module:function'")
-        out.append(RewardFunction(name, weight, module, attr, _sources(module, name)))
+        bounds = checked_range(rest[0]) if rest else DEFAULT_RANGE
+        if isinstance(bounds, str):
+            raise RewardFunctionError(f"reward function {name}: {bounds}")
+        out.append(RewardFunction(name, weight, module, attr, _sources(module, name), bounds))
     return out
+
+
+def checked_range(value) -> tuple[float, float] | str:
+    """(low, high) from a declaration, or why it is not one."""
+    try:
+        low, high = (float(x) for x in value)
+    except (TypeError, ValueError):
+        return f"its range must be (low, high), not {value!r}"
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        return f"its range must be finite with low < high, not ({low}, {high})"
+    return low, high
+
+
+def _bounds(fn: RewardFunction, report: dict) -> tuple[float, float] | str:
+    declared = report.get("range")
+    return fn.range if declared is None else checked_range(declared)
 
 
 def _job(fn: RewardFunction, items: list[dict], timeout_s: int, probe: bool = False) -> Job:
@@ -155,6 +188,9 @@ def probe(sandbox, functions: list[RewardFunction], timeout_s: int = 10) -> None
             raise RewardFunctionError(f"reward function {fn.name}: the sandbox gave no answer: {res.error or problem}")
         if report.get("load_error"):
             raise RewardFunctionError(f"reward function {fn.name} does not import in the sandbox: {report['load_error']}")
+        bounds = _bounds(fn, report)
+        if isinstance(bounds, str):
+            raise RewardFunctionError(f"reward function {fn.name}: reward_range: {bounds}")
 
 
 def evaluate(sandbox, functions: list[RewardFunction], items: list[dict], timeout_s: int = 5) -> list[dict]:
@@ -167,12 +203,12 @@ def evaluate(sandbox, functions: list[RewardFunction], items: list[dict], timeou
             where.append((fn, start))
     for job, res, (fn, start) in zip(jobs, sandbox.map(jobs), where):
         n = len(json.loads(job.stdin)["items"])
-        for i, pair in enumerate(_read(job, res, n)):
+        for i, pair in enumerate(_read(job, res, n, fn)):
             out[start + i][fn.name] = pair
     return out
 
 
-def _read(job: Job, res: ExecResult, n: int) -> list[tuple[float | None, str]]:
+def _read(job: Job, res: ExecResult, n: int, fn: RewardFunction) -> list[tuple[float | None, str]]:
     report, problem = read_tagged(job, res)
     if res.error or report is None:
         why = res.error or ("timed out" if res.timed_out else problem)
@@ -182,4 +218,24 @@ def _read(job: Job, res: ExecResult, n: int) -> list[tuple[float | None, str]]:
     values, errors = report.get("values") or [], report.get("errors") or []
     if len(values) != n or len(errors) != n:
         return [(None, "a malformed result")] * n
-    return [(v if isinstance(v, (int, float)) and not e else None, e) for v, e in zip(values, errors)]
+    bounds = _bounds(fn, report)
+    if isinstance(bounds, str):
+        return [(None, f"reward_range: {bounds}")] * n
+    return [_value(v, str(e), bounds) for v, e in zip(values, errors)]
+
+
+def _value(v, error: str, bounds: tuple[float, float]) -> tuple[float | None, str]:
+    """(the value, "") when it is a finite number in range, else (None, why)."""
+    if error:
+        return None, error
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None, f"returned {type(v).__name__}, not a number"
+    low, high = bounds
+    try:
+        ok = math.isfinite(float(v)) and low <= v <= high
+    except OverflowError:  # an int no float holds
+        ok = False
+    if not ok:
+        shown = repr(v) if isinstance(v, float) or abs(v) < 10**20 else f"an int of {v.bit_length()} bits"
+        return None, f"returned {shown}, outside its range [{low:g}, {high:g}] (declare another as fn.reward_range)"
+    return float(v), ""

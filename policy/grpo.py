@@ -2,7 +2,9 @@
 
 Advantages: within a group (the k samples of one task), A_i = (r_i - mean) / (std + eps).
 Groups whose rewards are all equal have A = 0 everywhere and teach nothing; dropping
-them (DAPO's dynamic-sampling idea, without resampling) saves the backward pass.
+them (DAPO's dynamic-sampling idea, without resampling) saves the backward pass. Rewards
+are clipped to a finite range first and a NaN one sits out, so one broken value never
+blows up the rest of its group.
 
 Loss: per token, -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A) with
 ratio = exp(logp_new - logp_old); DAPO raises eps_high above eps_low ("clip-higher") so
@@ -32,13 +34,28 @@ from collections import defaultdict
 import torch
 
 
+REWARD_CLIP = 100.0  # far beyond any reward the score stage composes; only a broken value reaches it
+
+
+def finite_reward(r: float) -> float | None:
+    """`r` clipped to [-REWARD_CLIP, REWARD_CLIP]; None for NaN (no value at all)."""
+    r = float(r)
+    return None if r != r else min(REWARD_CLIP, max(-REWARD_CLIP, r))
+
+
 def group_advantages(rewards: list[float], group_ids: list[str], eps: float = 1e-6) -> list[float]:
+    """Rewards are clipped to +-REWARD_CLIP first, so one huge or infinite value cannot make
+    the group's std overflow and zero everyone else's advantage; a NaN member is left out
+    of its group's mean and std and gets advantage 0."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, g in enumerate(group_ids):
         groups[g].append(i)
     adv = [0.0] * len(rewards)
     for members in groups.values():
-        r = torch.tensor([rewards[i] for i in members], dtype=torch.float64)
+        members = [i for i in members if finite_reward(rewards[i]) is not None]
+        if not members:
+            continue
+        r = torch.tensor([finite_reward(rewards[i]) for i in members], dtype=torch.float64)
         std = r.std(unbiased=False) if len(members) > 1 else torch.tensor(0.0, dtype=torch.float64)
         normed = (r - r.mean()) / (std + eps)
         for i, a in zip(members, normed.tolist()):
@@ -49,7 +66,8 @@ def group_advantages(rewards: list[float], group_ids: list[str], eps: float = 1e
 def zero_variance_groups(rewards: list[float], group_ids: list[str]) -> set[str]:
     seen: dict[str, set[float]] = defaultdict(set)
     for r, g in zip(rewards, group_ids):
-        seen[g].add(round(r, 9))
+        value = finite_reward(r)
+        seen[g].add(round(value, 9) if value is not None else "nan")
     return {g for g, values in seen.items() if len(values) == 1}
 
 

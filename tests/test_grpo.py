@@ -22,6 +22,18 @@ def test_group_advantages_three_members():
     assert adv == pytest.approx([-1 / 3 / std, -1 / 3 / std, 2 / 3 / std])
 
 
+def test_one_huge_infinite_or_nan_reward_leaves_the_rest_of_its_group_finite():
+    """Unclipped, 1e200 makes the group's variance overflow and every other advantage 0."""
+    rewards = [1e200, 1.0, 0.0, 1.0, float("inf"), 0.0, float("-inf"), float("nan"), 1.0, 0.0]
+    groups = ["huge"] * 3 + ["inf"] * 4 + ["nan"] * 3
+    adv = group_advantages(rewards, groups)
+    assert all(math.isfinite(a) for a in adv)
+    assert adv[1] < 0 and adv[2] < adv[1] and adv[0] > 0  # the order survives: 1 beats 0 beside the huge one
+    assert adv[5] < 0 and adv[4] > 0 > adv[6]
+    assert adv[7] == 0.0 and adv[8] == pytest.approx(1.0, abs=1e-5) and adv[9] == pytest.approx(-1.0, abs=1e-5)
+    assert zero_variance_groups([float("nan"), float("nan"), 1e300, 1e301], ["a", "a", "b", "b"]) == {"a", "b"}
+
+
 def test_zero_variance_groups():
     assert zero_variance_groups([1, 1, 0, 1, 0.5, 0.5], ["a", "a", "b", "b", "c", "c"]) == {"a", "c"}
 

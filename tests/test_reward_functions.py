@@ -19,6 +19,15 @@ MODULE = textwrap.dedent('''
 
     def uses_columns(prompts, completions, answer, level, **_):
         return [float(c.strip() == str(a)) + 0.01 * lv for c, a, lv in zip(completions, answer, level)]
+    uses_columns.reward_range = (0, 2)  # over the default [-1, 1]
+
+    def echo(prompts, completions, **_):
+        """What the completion says, as a number: a function model text can steer."""
+        return [float(c) if c != "big int" else 10**30 for c in completions]
+
+    def bad_range(prompts, completions, **_):
+        return [0.0] * len(completions)
+    bad_range.reward_range = (1, float("inf"))
 
     def moody(prompts, completions, **_):
         out = []
@@ -121,3 +130,23 @@ def test_components_and_verdicts_of_the_score_stage():
     assert with_functions(ungraded, {"a:f": (1.0, ""), "a:g": (0.6, "")}, fns, cfg)[0].verdict == "pass"
     assert with_functions(ungraded, {"a:f": (1.0, ""), "a:g": (0.4, "")}, fns, cfg)[0].verdict == "fail"
     assert with_functions(ungraded, {"a:f": (1.0, ""), "a:g": (None, "x")}, fns, cfg)[0].verdict == "error"
+
+
+def test_values_outside_the_range_are_refused_on_that_trajectory_only(module_dir, box):
+    """The default range is [-1, 1]; 1e200 (finite, so the harness passes it), inf, nan and
+    an int no float holds come back as errors naming the value, the others as they are; a
+    range given at load widens it; a malformed declared range stops the run at start-up."""
+    (fn,) = rf.load([("my_rewards:echo", 1.0)])
+    texts = ["0.5", "1e200", "-1", "inf", "nan", "1.0001", "big int", "-0.25"]
+    got = [g["my_rewards:echo"] for g in rf.evaluate(box, [fn], [item(t) for t in texts])]
+    assert [v for v, _ in got] == [0.5, None, -1.0, None, None, None, None, -0.25]
+    assert "returned 1e+200, outside its range [-1, 1]" in got[1][1] and "1.0001" in got[5][1]
+    assert "inf" in got[3][1] and "nan" in got[4][1] and "outside its range" in got[6][1]
+    (wide,) = rf.load([("my_rewards:echo", 1.0, (-1e300, 1e300))])
+    assert rf.evaluate(box, [wide], [item("1e200")]) == [{"my_rewards:echo": (1e200, "")}]
+    with pytest.raises(rf.RewardFunctionError, match="range must be finite"):
+        rf.load([("my_rewards:echo", 1.0, (0, float("nan")))])
+    bad = rf.load([("my_rewards:bad_range", 1.0)])
+    with pytest.raises(rf.RewardFunctionError, match=r"bad_range: reward_range: its range must be finite"):
+        rf.probe(box, bad)
+    assert rf.evaluate(box, bad, [item("x")])[0]["my_rewards:bad_range"][0] is None
