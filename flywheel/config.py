@@ -285,7 +285,14 @@ class FlywheelConfig(Section):
     def engine_mismatch(self) -> bool:
         """Whether the trainer corrects every sample for the engine's numerics."""
         explicit = self.trainer.correct_engine_mismatch
-        return explicit if explicit is not None else self.engine.dtype != "float32"
+        return explicit if explicit is not None else self.engine.dtype != "float32" or self.trainer_bf16
+
+    @property
+    def trainer_bf16(self) -> bool:
+        """Whether the trainer computes in bf16 (`trainer.bf16`, empty: where the GPU has it)."""
+        from policy.trainer import uses_bf16  # torch: only when asked
+
+        return uses_bf16(self.trainer)
 
     @property
     def lake_uri(self) -> str:

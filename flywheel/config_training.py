@@ -60,7 +60,14 @@ class TrainerConfig(Section):
     drop_zero_variance_groups: bool = Field(
         True, description="Groups whose rewards are all equal carry no GRPO signal."
     )
-    bf16: bool | None = Field(None, description="Empty: bf16 where the GPU supports it, fp32 on CPU.")
+    bf16: bool | None = Field(
+        None,
+        description="Train in bf16: the matmuls in bf16 (autocast), the weights, the optimizer state and "
+        "every logprob and loss in float32 (policy/trainer.py). About 2x faster on a CPU with bf16 units "
+        "(AMX, AVX512-BF16; bench/roofline.py); the engine then scores other numerics than the trainer's, "
+        "corrected like bf16 rollouts (correct_engine_mismatch). Empty: bf16 where the GPU supports it, "
+        "float32 on CPU.",
+    )
     save_checkpoints: bool = True
     off_policy_correction: Literal["truncated_is", "none"] = Field(
         "truncated_is",
@@ -72,7 +79,8 @@ class TrainerConfig(Section):
         None,
         description="Apply off_policy_correction to every sample, not only stale ones: the engine's "
         "logprobs come from other numerics than the trainer's (bf16 rollouts beside an fp32 trainer), "
-        "so they are a behaviour policy's. Empty: on when engine.dtype is not float32.",
+        "so they are a behaviour policy's. Empty: on when engine.dtype is not float32 or the trainer "
+        "computes in bf16.",
     )
     lora: LoraConfig | None = Field(
         None,

@@ -121,6 +121,13 @@ def update(rt, cycle: int) -> dict:
     return {**stats, **metrics, "policy_version": version, "probe": probe}
 
 
+def sync_tolerance(config) -> float:
+    """The mean |logprob difference| a sync may show: fp32 on both sides agrees to ~1e-5;
+    bf16 on either side (the engine's dtype, or the trainer's autocast) differs by
+    rounding, not by policy, which a wrong or stale weight load exceeds by far."""
+    return 1e-3 if config.engine.dtype == "float32" and not config.trainer_bf16 else 0.1
+
+
 @task(name="sync", cache_policy=NO_CACHE)
 def sync(rt, update_result: dict) -> dict:
     """Load the version `update_result` made into the engine and check the engine now
@@ -136,8 +143,7 @@ def sync(rt, update_result: dict) -> dict:
     diffs = [abs(a - b) for u, v in zip(probe["trainer_logprobs"], engine_lps) for a, b in zip(u, v)]
     metrics["sync_max_logprob_diff"] = max(diffs)
     metrics["sync_mean_logprob_diff"] = sum(diffs) / len(diffs)
-    # fp32 on both sides agrees to ~1e-5; bf16 kernels differ by rounding, not by policy
-    tolerance = 1e-3 if rt.config.engine.dtype == "float32" else 0.1
+    tolerance = sync_tolerance(rt.config)
     if metrics["sync_mean_logprob_diff"] > tolerance:
         raise RuntimeError(
             f"weight sync failed: engine and trainer logprobs differ by {metrics['sync_mean_logprob_diff']:.3g} "

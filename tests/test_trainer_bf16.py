@@ -1,0 +1,96 @@
+"""bf16 training (`trainer.bf16`, policy/trainer.py) on the real DeepSpeed ZeRO-3 trainer with
+the tiny model: the matmuls run in bf16, while the master weights, the optimizer state and
+the export stay float32; the weight-sync check and the off-policy correction follow the
+trainer's precision; the float32 default is untouched."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from flywheel.config import FlywheelConfig, TrainerConfig
+from policy.trainer import GRPOTrainer, TrainSample, uses_bf16
+from tasks.update import sync_tolerance
+
+PROMPT, GOOD, BAD = [1, 100, 200, 300], [400, 401, 402], [500, 501, 502]
+
+
+def _batch(trainer) -> list[TrainSample]:
+    old = trainer.logprobs([PROMPT + GOOD, PROMPT + BAD], [len(PROMPT)] * 2)
+    return [TrainSample(PROMPT, GOOD, old[0], +1.0), TrainSample(PROMPT, BAD, old[1], -1.0)]
+
+
+@pytest.fixture(scope="module")
+def bf16_trainer(tiny_model):
+    return GRPOTrainer(tiny_model, TrainerConfig(learning_rate=5e-3, bf16=True))
+
+
+def test_a_bf16_step_learns_and_keeps_float32_master_weights(bf16_trainer):
+    trainer = bf16_trainer
+    assert trainer.ds_config["torch_autocast"]["enabled"] and not trainer.ds_config["bf16"]["enabled"]
+    before = trainer.logprobs([PROMPT + GOOD, PROMPT + BAD], [len(PROMPT)] * 2)
+    for _ in range(3):
+        metrics = trainer.step(_batch(trainer))
+    assert torch.isfinite(torch.tensor(metrics["loss"]))
+    after = trainer.logprobs([PROMPT + GOOD, PROMPT + BAD], [len(PROMPT)] * 2)
+    assert sum(after[0]) > sum(before[0]) + 0.1 and sum(after[1]) < sum(before[1]) - 0.1
+    # the module's ZeRO-3 partitions are the master weights; the optimizer's copies and AdamW's state
+    params = list(trainer.engine.module.parameters())
+    assert {p.ds_tensor.dtype for p in params} == {torch.float32}
+    optimizer = trainer.engine.optimizer
+    assert {t.dtype for t in optimizer.fp32_partitioned_groups_flat} == {torch.float32}
+    state = [v for s in optimizer.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    assert state and {t.dtype for t in state} == {torch.float32}
+
+
+def test_a_bf16_export_is_the_float32_master_and_loads(bf16_trainer, tmp_path):
+    """The export holds the master weights exactly (DeepSpeed's own bf16 mode exported their
+    bf16 rounding); the trainer's logprobs are bf16 numerics, close to the export's float32 ones."""
+    from deepspeed.utils import safe_get_full_fp32_param
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from policy.logprobs import sequence_logprobs
+
+    trainer = bf16_trainer
+    trainer.step(_batch(trainer))
+    out = trainer.export(tmp_path / "export")
+    weights = load_file(str(Path(out) / "model.safetensors"))
+    assert {t.dtype for t in weights.values()} == {torch.float32}
+    for name, param in trainer.engine.module.named_parameters():
+        if name in weights:
+            assert torch.equal(weights[name], safe_get_full_fp32_param(param)), name
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    seqs, lens = [[1, 2, 3, 4, 5, 6, 7, 8]], [2]
+    exported = torch.tensor(sequence_logprobs(model, seqs, lens)[0])
+    own = torch.tensor(trainer.logprobs(seqs, lens)[0])
+    gap = (exported - own).abs().mean().item()
+    assert 0 < gap < sync_tolerance(FlywheelConfig(trainer={"bf16": True}))  # bf16 ran, and only rounding apart
+
+
+def test_bf16_reference_starts_the_kl_at_zero(tiny_model):
+    """The KL reference is scored in the policy's numerics: a float32 reference beside a bf16
+    policy would show the rounding as KL before any step."""
+    cfg = TrainerConfig(learning_rate=5e-3, kl_coef=0.1, bf16=True)
+    trainer = GRPOTrainer(tiny_model, cfg)
+    old = trainer.logprobs([PROMPT + GOOD], [len(PROMPT)])[0]
+    first = trainer.step([TrainSample(PROMPT, GOOD, old, 1.0)])
+    second = trainer.step([TrainSample(PROMPT, GOOD, old, 1.0)])
+    assert first["kl"] == pytest.approx(0.0, abs=1e-9) and second["kl"] > 0  # fp32 reference: 1.1e-6
+
+
+def test_float32_stays_the_cpu_default():
+    cfg = TrainerConfig()
+    ds = GRPOTrainer.default_ds_config(cfg)
+    assert not ds["bf16"]["enabled"] and not ds["torch_autocast"]["enabled"]
+    assert uses_bf16(cfg) == (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    assert uses_bf16(TrainerConfig(bf16=True)) and not uses_bf16(TrainerConfig(bf16=False))
+
+
+def test_sync_tolerance_and_mismatch_correction_follow_both_dtypes():
+    fp32 = FlywheelConfig(trainer={"bf16": False})
+    assert sync_tolerance(fp32) == 1e-3 and not fp32.engine_mismatch
+    for other in (FlywheelConfig(trainer={"bf16": True}), FlywheelConfig(engine={"dtype": "bfloat16"})):
+        assert sync_tolerance(other) == 0.1 and other.engine_mismatch
+    explicit = FlywheelConfig(trainer={"bf16": True, "correct_engine_mismatch": False})
+    assert not explicit.engine_mismatch
