@@ -9,13 +9,18 @@ Tests are split on the host by reading their syntax tree (never by running them)
   it with the expected value, which never enters the sandbox, as the code domain does.
   Equality is Python's on the decoded values, as HumanEval's `==` is (2.0 == 2, True ==
   1), except that a tuple and a list with the same items compare equal;
-- everything else (asserts on computed values, loops, helpers, tolerances) stays in the
-  *rest*: it runs as written next to the solution, and only its success comes back, on
-  the harness's nonce-tagged line. That part is as strong as the nonce and the audit
-  (environments/audit.py zeroes solutions that reach into frames, gc, builtins or the
-  harness): a solution that found the nonce in memory could forge it.
+- everything else (asserts on computed values, loops, tolerances) stays in the *rest*:
+  it runs as written in the harness's trusted process, with the function under test
+  bound to a proxy whose every call crosses to the solution's own process and comes back
+  as a plain value (environments/isolated.py), and the helpers the prompt showed (the
+  row's `prefix`, e.g. HumanEval/32's `poly`) taken from the prompt, never from the
+  completion. So the rest computes on numbers, strings and containers only: a returned
+  object cannot override `==`, `-` or `abs`, and nothing the solution does in its process
+  reaches the nonce or the report.
 Reward = share of cases passed, the rest counting as one more case; `pass` only when
-all pass (HumanEval's pass@1 is that verdict).
+all pass (HumanEval's pass@1 is that verdict). Known difference from running the tests
+next to the solution: a test that looks at how the function mutated its arguments, or
+passes it a function or another non-plain value, fails.
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ import re
 from environments.audit import audit_python
 from environments.base import Score
 from environments.domains.code import extract_code
+from environments.isolated import PARENT
 from environments.sandbox import ExecResult, Job
-from environments.tagged import LOAD_SOLUTION, PRELUDE, new_nonce, read_tagged
+from environments.tagged import PRELUDE, new_nonce, read_tagged
 
-# One definition, used on the host for the expected values and inside the harness for
-# the returned ones. Exact types only: a subclass (an int that redefines __eq__) is not
-# comparable and fails.
+# One definition, used on the host for the expected values and in the harness's trusted
+# process for the returned ones (plain values there: the solution's process sent data).
+# Exact types only.
 CANON = r"""
 def canon(x):
     t = type(x)
@@ -52,44 +58,51 @@ _ns: dict = {}
 exec(compile(CANON, "<canon>", "exec"), _ns)  # our own constant source, never model text  # noqa: S102
 canon = _ns["canon"]
 
-_SETUP = r"""
-import ast, _signal
-def on_alarm(*_):
-    raise TimeoutError("test took too long")
-_signal.signal(_signal.SIGALRM, on_alarm)
-"""
 _RUN = r"""
-outputs, first_error, timed_out = [], "", False
+import ast
+cand = Candidate(spec["entry"])
+try:
+    cand.start()
+except CandidateFailed as e:
+    report(outputs=[], rest_ok=False, error=str(e))
+outputs, first_error = [], ""
 for source in spec["cases"]:
     try:
         args = ast.literal_eval(source)
-        _signal.alarm(spec["test_timeout_s"])
-        got = json.dumps(canon(fn(*args)))
-        _signal.alarm(0)
+        got = json.dumps(canon(cand.call(args, timeout_s=spec["test_timeout_s"])))
     except BaseException as e:
-        _signal.alarm(0)
         got = None
         first_error = first_error or f"{type(e).__name__}: {e}"[:300]
-        timed_out = timed_out or isinstance(e, TimeoutError)
     outputs.append(got)
 rest_ok = None
 if spec["rest"] is not None:
-    env = dict(ns)
+    env = {"__name__": "tests"}
+    failures = cand.failures
     try:
-        _signal.alarm(spec["rest_timeout_s"])
+        deadline_alarm(spec["rest_timeout_s"])
+        limit = _DEADLINE[0]
+        try:
+            exec(compile(spec["prefix"], "prompt.py", "exec"), env)  # the prompt's helpers: task data
+        except Exception as e:
+            raise RuntimeError(f"the prompt's code does not run: {type(e).__name__}: {e}") from None
+        env[spec["entry"]] = proxy = cand.proxy(limit)
         exec(compile(spec["rest"], "tests.py", "exec"), env)
         if spec["calls_check"]:
-            env["check"](fn)
-        _signal.alarm(0)
-        rest_ok = True
+            env["check"](proxy)
+        deadline_alarm(None)
+        # a call that died or hung fails the rest even where the test code caught it
+        rest_ok = cand.failures == failures and time.monotonic() < limit
+        if not rest_ok:
+            first_error = first_error or "the solution's process failed during the tests"
     except BaseException as e:
-        _signal.alarm(0)
+        deadline_alarm(None)
         rest_ok = False
         first_error = first_error or f"{type(e).__name__}: {e}"[:300]
-        timed_out = timed_out or isinstance(e, TimeoutError)
-report(outputs=outputs, rest_ok=rest_ok, error=first_error, timed_out=timed_out)
+        cand.timed_out = cand.timed_out or isinstance(e, Overtime)
+cand.kill()
+report(outputs=outputs, rest_ok=rest_ok, error=first_error, timed_out=cand.timed_out)
 """
-HARNESS = PRELUDE + _SETUP + CANON + LOAD_SOLUTION + _RUN
+HARNESS = PRELUDE + PARENT + CANON + _RUN
 
 
 class TestsError(ValueError):
@@ -189,7 +202,7 @@ def tests_job(split: dict, completion: str, prefix: str = "", test_timeout_s: in
         return Score(0.0, "no_code", tests_total=total, error="no code in completion")
     spec = {"nonce": new_nonce(), "entry": split["entry"], "cases": [source for source, _ in split["cases"]],
             "rest": split["rest"], "calls_check": split["calls_check"], "test_timeout_s": test_timeout_s,
-            "rest_timeout_s": max(3, test_timeout_s * 3)}  # fmt: skip
+            "rest_timeout_s": max(3, test_timeout_s * 3), "prefix": prefix}  # fmt: skip
     files = {"solution.py": (prefix.rstrip() + "\n\n\n" if prefix.strip() else "") + code, "model.py": code}
     return Job(["python", "-I", "-c", HARNESS], files=files, stdin=json.dumps(spec))
 
