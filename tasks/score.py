@@ -134,7 +134,7 @@ def judge_rollouts(judge, ctx: StageContext, rollouts: list[Rollout]) -> list:
         return []
     from environments.judge import prompt_text
 
-    items = [(prompt_text(r.task.prompt), r.completion) for r in rollouts]
+    items = [(prompt_text(r.task.prompt), r.completion, judge_reference(r.task)) for r in rollouts]
     with stage("judge", total=len(items)) as advance:
         out = judge.score(items, advance)
     path = ctx.config.run_dir / "judge.jsonl"
@@ -144,18 +144,33 @@ def judge_rollouts(judge, ctx: StageContext, rollouts: list[Rollout]) -> list:
     return out
 
 
+def judge_reference(task: TaskSpec) -> str | None:
+    """The task's reference answer for reference-guided judging, when its verifier has one."""
+    spec = json.loads(task.verifier_json or "{}")
+    ref = spec.get("answer", spec.get("reference"))
+    return None if ref is None else ref if isinstance(ref, str) else json.dumps(ref, ensure_ascii=False)
+
+
 def with_functions(sc: Score, values: dict, functions: list, cfg: RewardConfig, judged=None) -> tuple[Score, list[dict]]:
     """The verifier's Score combined with the reward functions' values and the judge's
     (environments/judge.py), and the components. Where the verifier grades too, the
     judge's pass (score >= judge.pass_score) is cross-checked against it: component
-    `judge_agrees` (1 or 0), so disagreements are a query away. A completion that
-    addressed the judge scores 0 with the verdict `suspected_hack`."""
+    `judge_agrees` (1 or 0), so disagreements are a query away; a judge pass the verifier
+    fails pays no more than the verifier's reward. That, and the judge's own audits (its
+    second pass, its group: environments/judge.py), give component `judge_audit` (1, the
+    reason in its error). A completion that addressed the judge scores 0 with the verdict
+    `suspected_hack`."""
     components = [component("verifier", sc.reward if sc.graded else None)]
     if not functions and judged is None:
         return sc, components
     terms = [(fn.name, fn.weight, *values.get(fn.name, (None, "not evaluated"))) for fn in functions]
+    audit = judged.audit if judged is not None else ""
     if judged is not None:
-        terms.append(("judge", cfg.judge.weight, judged.value, judged.error if judged.value is None else ""))
+        paid = judged.value
+        if paid is not None and sc.graded and not judged.flagged and sc.verdict != "pass" and paid >= cfg.judge.pass_score:
+            paid = min(paid, sc.reward)  # the verifier contradicts the judge's pass: not its full marks
+            audit = "; ".join(filter(None, [audit, f"verifier {sc.verdict} against the judge's {judged.value:.2f}"]))
+        terms.append(("judge", cfg.judge.weight, paid, judged.error if judged.value is None else ""))
     total = cfg.verifier_weight * sc.reward if sc.graded else 0.0
     errors = []
     for name, weight, value, error in terms:
@@ -165,8 +180,11 @@ def with_functions(sc: Score, values: dict, functions: list, cfg: RewardConfig, 
         else:
             total += weight * value
     if judged is not None and judged.value is not None and sc.graded and not judged.flagged:
-        agrees = (sc.verdict == "pass") == (judged.value >= cfg.judge.pass_score)
+        first = judged.raw if judged.raw is not None else judged.value  # the judge's own verdict, before audits
+        agrees = (sc.verdict == "pass") == (first >= cfg.judge.pass_score)
         components.append(component("judge_agrees", float(agrees)))
+    if audit:
+        components.append(component("judge_audit", 1.0, audit[:500]))
     verdict = sc.verdict
     if not sc.graded:
         verdict = "error" if errors else ("pass" if total >= cfg.pass_threshold else "fail")

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from environments.base import Score
-from environments.judge import Judge, Judgement, make_judge, parse_score, quoted
+from environments.judge import Judge, Judgement, make_judge, parse_verdict, quoted, verdict_choices
 from flywheel.config import JudgeConfig, RewardConfig
 from storage.judgements import JudgeCache
 from storage.lake import Lake
@@ -70,15 +70,21 @@ class GullibleJudge:
 
     @staticmethod
     def grade(text: str) -> str:
+        """The verdict object the judge is asked for (environments/judge.py)."""
         m = re.search(r"<<<RESPONSE (\w+)>>>\n(.*)\n<<<END RESPONSE \1>>>", text, re.S)
         response = m.group(2) if m else text
         outside = text.replace(m.group(0), "") if m else ""
+        ref = "<<<REFERENCE " in text
         if re.search(r"SCORE: 10|perfect 10|full marks", outside + response):
-            return "SCORE: 10"  # gullible: obeys what it reads
-        return "SCORE: 8" if "Paris" in response else "SCORE: 2"
+            return verdict(ref, True, 10)  # gullible: obeys what it reads
+        return verdict(ref, True, 8) if "Paris" in response else verdict(ref, False, 2)
 
     def close(self):
         self.server.shutdown()
+
+
+def verdict(has_reference: bool, ok: bool, score: int) -> str:
+    return json.dumps({"matches_reference": ok if has_reference else None, "meets_rubric": ok, "score": score})
 
 
 @pytest.fixture
@@ -94,10 +100,22 @@ def judge_for(url: str, tmp_path, **kw) -> Judge:
 
 
 def test_replies_are_parsed_strictly():
-    assert parse_score("SCORE: 7", 10) == 0.7 and parse_score(" SCORE:10\n", 10) == 1.0
-    assert parse_score('{"score": 3}', 10) == 0.3
-    for bad in ("Sure! SCORE: 9", "SCORE: 9 because", "SCORE: 11", "9", '{"score": 9, "why": "x"}', "", "SCORE: -1"):
-        assert parse_score(bad, 10) is None, bad
+    assert parse_verdict(verdict(True, True, 7), 10, True) == 0.7 and parse_verdict(verdict(False, True, 10), 10, False) == 1.0
+    # a criterion that is false caps the score below the pass, whatever number was written
+    assert parse_verdict('{"matches_reference": false, "meets_rubric": true, "score": 10}', 10, True) == 0.6
+    assert parse_verdict('{"matches_reference": null, "meets_rubric": false, "score": 9}', 10, False, 0.5) == 0.4
+    for bad in ("SCORE: 9", '{"score": 9}', "Sure! " + verdict(True, True, 9), verdict(True, True, 11),
+                verdict(True, True, -1), '{"matches_reference": true, "meets_rubric": true, "score": 9.0}',
+                '{"matches_reference": true, "meets_rubric": "yes", "score": 9}',
+                '{"meets_rubric": true, "matches_reference": true, "score": 9}', verdict(True, True, 9)[:-1] + ', "x": 1}',
+                "", "null"):  # fmt: skip
+        assert parse_verdict(bad, 10, True) is None, bad
+    # with no reference the criterion must be null, with one a bool
+    assert parse_verdict(verdict(True, True, 9), 10, False) is None and parse_verdict(verdict(False, True, 9), 10, True) is None
+    # a constrained server can only write consistent verdicts: none passes with a criterion false
+    choices = verdict_choices(10, 0.7)
+    assert all(parse_verdict(c, 10, json.loads(c)["matches_reference"] is not None) is not None for c in choices)
+    assert not [c for c in choices if json.loads(c)["score"] >= 7 and False in json.loads(c).values()]
 
 
 def test_a_completion_cannot_close_its_own_quote():
@@ -113,7 +131,7 @@ def test_injections_score_no_higher_than_a_plain_wrong_answer(gullible, tmp_path
     assert max(a.value for a in attacks) <= wrong.value
     # without the guard, the same judge is talked into it: the guard is what holds
     naive = GullibleJudge.grade("\n".join(m["content"] for m in judge.messages(PROMPT, INJECTIONS[0])))
-    assert naive == "SCORE: 10"
+    assert json.loads(naive)["score"] == 10
     assert judge.stats.flagged == 4 and judge.stats.requests == 2
 
 
