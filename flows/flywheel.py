@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 
 from flows.evaluate import evaluate_and_track
+from flywheel import zero_signal
 from flywheel.config import FlywheelConfig
 from flywheel.console import check_stop
 from flywheel.pipeline import UpdatePipeline
@@ -138,6 +139,9 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
             summaries.append(summary)
             logger.info("cycle %d: %s", cycle, json.dumps(summary.model_dump(exclude={"by_domain_level"})))
             reporter().print(summary.line())
+            for note in zero_signal.notes(zero_signal.signal_rows(connect(rt.lake, rt.run_id), cycle)):
+                reporter().print(note)  # a cycle that taught GRPO nothing, the likely cause, what to try
+                logger.warning(note)
             publish_cycle(rt, summary)
             tracker.cycle(summary, lambda: connect(rt.lake, rt.run_id), rt.run_dir / "reward_curve.png")
             if every and (cycle + 1) % every == 0 and evaluate_now():

@@ -169,7 +169,12 @@ def report(
     if by not in keys:
         typer.secho(f"--by takes one of {', '.join([*keys, 'workload'])}, not {by!r}", fg="red", err=True)
         raise typer.Exit(2)
-    _print_query(connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id), REPORT_SQL.format(by=keys[by]))
+    from flywheel.zero_signal import notes, signal_rows
+
+    con = connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id)
+    _print_query(con, REPORT_SQL.format(by=keys[by]))
+    for note in notes(signal_rows(con)):  # cycles that taught GRPO nothing, and why
+        typer.echo(note)
 
 
 @app.command()

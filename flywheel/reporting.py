@@ -133,12 +133,15 @@ def publish_cycle(rt, summary) -> None:
             description=f"cycle {summary.cycle} by domain and level",
         )
         stages = "\n".join(f"| {k} | {v:.1f} |" for k, v in summary.stage_s.items())
+        from flywheel.zero_signal import notes, signal_rows
+
+        said = "".join(f"\n**{note}**\n" for note in notes(signal_rows(con, summary.cycle)))
         create_markdown_artifact(
             f"### {run}, cycle {summary.cycle}\n\n"
             f"- tasks: {summary.tasks} ({summary.replayed_tasks} replayed)\n"
             f"- trajectories: {summary.trajectories}\n- mean reward: {summary.mean_reward:.3f}\n"
             f"- pass rate: {summary.pass_rate:.3f}\n- policy version: {summary.policy_version}\n"
-            f"- queued for replay: {summary.queued_for_replay}\n\n| stage | seconds |\n|---|---|\n{stages}\n",
+            f"- queued for replay: {summary.queued_for_replay}\n{said}\n| stage | seconds |\n|---|---|\n{stages}\n",
             key=artifact_key(run, "summary"),
         )  # fmt: skip
         data_url = "data:image/png;base64," + base64.b64encode(png).decode()

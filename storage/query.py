@@ -19,8 +19,8 @@ def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
     """A connection with the committed `trajectories` and `tasks` registered, a
     `cycles` view (one row per run and cycle with its size, reward, pass rate and the
     tokens the model sampled: observation tokens, NaN logprobs, are not counted), a
-    `groups` view (GROUPS_VIEW), a `domain_cycles` view (DOMAIN_CYCLES_VIEW) and a
-    `components` view (COMPONENTS_VIEW)."""
+    `groups` view (GROUPS_VIEW), a `domain_cycles` view (DOMAIN_CYCLES_VIEW), a
+    `components` view (COMPONENTS_VIEW) and a `signal` view (SIGNAL_VIEW)."""
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id))
     con.register("tasks", lake.dataset("tasks", run_id))
@@ -28,6 +28,7 @@ def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
     con.execute(GROUPS_VIEW)
     con.execute(DOMAIN_CYCLES_VIEW)
     con.execute(COMPONENTS_VIEW)
+    con.execute(SIGNAL_VIEW)
     return con
 
 
@@ -62,6 +63,34 @@ SELECT run_id, cycle, domain, split, sum(samples)::INT AS samples,
 FROM groups GROUP BY run_id, cycle, domain, split
 """
 
+
+# One row per run, cycle, domain and split: how much GRPO signal its groups gave. `flat_groups`
+# had equal rewards (no advantage, nothing learned); of those, `all_zero_groups` scored 0 in
+# every sample and `all_one_groups` 1. `no_answer` (verdict no_code: no answer in the format
+# the verifier reads) and `truncated` (cut at max_tokens) are shares of the samples that
+# failed: the evidence flywheel/zero_signal.py names the likely cause from.
+SIGNAL_VIEW = """
+CREATE VIEW signal AS
+WITH per_group AS (
+    SELECT run_id, cycle, domain, split, group_id, min(reward) AS lo, max(reward) AS hi
+    FROM trajectories GROUP BY run_id, cycle, domain, split, group_id
+), groups_of AS (
+    SELECT run_id, cycle, domain, split, count(*) AS groups,
+           count(*) FILTER (WHERE NOT hi > lo) AS flat_groups,
+           count(*) FILTER (WHERE NOT hi > lo AND hi <= 0) AS all_zero_groups,
+           count(*) FILTER (WHERE NOT hi > lo AND lo >= 1) AS all_one_groups
+    FROM per_group GROUP BY run_id, cycle, domain, split
+), samples_of AS (
+    SELECT run_id, cycle, domain, split, count(*) AS samples, min(reward) AS min_reward,
+           max(reward) AS max_reward, avg((verdict = 'pass')::INT) AS pass_rate,
+           count(*) FILTER (WHERE verdict = 'no_code') / greatest(1, count(*) FILTER (WHERE verdict <> 'pass'))
+               AS no_answer,
+           count(*) FILTER (WHERE verdict <> 'pass' AND finish_reason = 'length')
+               / greatest(1, count(*) FILTER (WHERE verdict <> 'pass')) AS truncated
+    FROM trajectories GROUP BY run_id, cycle, domain, split
+)
+SELECT * FROM samples_of JOIN groups_of USING (run_id, cycle, domain, split)
+"""
 
 CYCLES_VIEW = """
 CREATE VIEW cycles AS
