@@ -3,6 +3,7 @@
 What is evaluated (the same tasks every time, from a fixed seed, so versions compare):
 - the held-out cells: `eval.tasks_per_level` eval-split tasks per domain and level of
   `sampler` (the domains trained on; their eval split is never sampled for training);
+  a task file's held-out rows all, up to `eval.max_file_rows` per level;
 - `eval.suites`: eval-only domains reported beside them, e.g. `humaneval` (164 problems
   nobody here wrote) and `code_transfer` (function families `code` never trains on),
   every task of a file suite, `eval.suite_tasks_per_level` per level of a generated one.
@@ -36,12 +37,17 @@ from tasks.score import score
 EVAL_SEED = 20261130  # fixed: every evaluation sees the same held-out tasks
 
 
-def eval_tasks(domains, sampler, per_level: int):
-    """`per_level` held-out tasks per sampled domain and level, the same every time."""
+def eval_tasks(domains, sampler, per_level: int, max_file_rows: int = 0):
+    """`per_level` held-out tasks per sampled domain and level, the same every time; a
+    task file's held-out rows all, up to `max_file_rows` per level (0: `per_level` too).
+    A file's held-out part is what its author set aside: cut to `per_level` (8 inside a
+    run), a 20-row held-out part was reported on n=8 with an interval twice as wide."""
     tasks = []
     for name, levels in sampled_levels(domains, sampler).items():
+        env = domains[name]
+        count = max(per_level, max_file_rows) if hasattr(env, "all_tasks") else per_level
         for level in levels:
-            tasks += domains[name].make_tasks("eval", level, EVAL_SEED, per_level)
+            tasks += env.make_tasks("eval", level, EVAL_SEED, count)
     return tasks
 
 
@@ -73,7 +79,7 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
     suites = cfg.eval.suites if suites is None else suites
     t0 = time.monotonic()
     version = rt.engine_version
-    tasks = eval_tasks(rt.domains, cfg.sampler, per_level)
+    tasks = eval_tasks(rt.domains, cfg.sampler, per_level, cfg.eval.max_file_rows)
     for spec in expand_all(suites):
         tasks += suite_tasks(rt.domains[spec], cfg.eval.suite_tasks_per_level)
     # a prompt with no room to answer is set aside, as in training (the same ones for every

@@ -45,6 +45,12 @@ class EvalConfig(Section):
         ge=1,
         description="Held-out tasks per sampled domain and level (32 x 4 domains x 3 levels: ~+/-5 points).",
     )
+    max_file_rows: int = Field(
+        256,
+        ge=0,
+        description="A sampled task file's held-out rows are all evaluated, up to this many per level "
+        "(not tasks_per_level, which sizes generated domains' cells); 0: tasks_per_level as for the others.",
+    )
     suite_tasks_per_level: int = Field(
         20, ge=1, description="Tasks per level of a generated suite (a file suite: all)."
     )
