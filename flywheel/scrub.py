@@ -1,101 +1,168 @@
 """Scrubbing secrets and personal data out of production traces before anything is written.
 
-Every string of a record (message text, tool-call arguments, feedback, request options)
-goes through `Scrubber.scrub`, which replaces each match of each pattern with
-`[REDACTED:<name>]` and counts the matches per pattern. The ingest scrubs a record before
-it hashes, stores or quarantines it, so neither the lake, the quarantine nor a trace id
-ever holds the original text.
+Every string of a record goes through `Scrubber.scrub_value`, which replaces each secret or
+personal datum with `[REDACTED:<kind>]` and counts them per kind (the ingest report prints the
+counts). The ingest scrubs a record before it hashes, stores or quarantines it, so neither the
+lake, the quarantine nor a trace id ever holds the original text.
 
-The default patterns cover API keys and tokens of the common providers, private keys,
-`password=`-style assignments, email addresses and phone numbers; `ingest.scrub_patterns`
-adds a user's own (`{name, pattern}`, Python regular expressions), and
-`ingest.scrub_defaults: false` drops the defaults.
+What is found (flywheel/scrub_detectors.py says how): provider keys and tokens through
+detect-secrets' own plugins (AWS access keys and secret keys, GitHub classic and fine-grained
+tokens, Stripe, Slack, GitLab, SendGrid, Twilio, Telegram, Discord, Mailchimp, Square, Azure
+storage, PyPI, JWTs validated by decoding, private keys PEM/OpenSSH/PGP/PuTTY), OpenAI/Anthropic/
+Hugging Face/Google keys, `Authorization: Bearer`/`Basic` values, `user:password@` in URLs,
+password-like values after a secret-sounding name (quoted, multi-word, "my password is ...", a few
+languages) and high-entropy tokens next to one, emails, phone numbers of any country validated by
+`phonenumbers`, card numbers and IBANs validated by `python-stdnum`. `ingest.scrub_patterns` adds
+a user's own patterns (`{name: regex}`); `ingest.scrub_defaults: false` keeps only those.
 
-Not done: names, street addresses and other free-form personal data need an NER model
-(e.g. Presidio); regular expressions cannot find them reliably. Card numbers are matched
-only with a Luhn check, so invoice totals and ids are left alone.
+What a value decodes to is scrubbed too:
+- a string that is JSON (tool-call `arguments`, a JSON reply) is decoded, scrubbed value by value
+  (a value under a secret-sounding key is redacted whole; a card number given as a JSON number
+  too) and, when something was redacted, re-encoded; otherwise it is left byte for byte;
+- escapes and Unicode forms (\\u0040, \\", %40, &#64;, full-width digits, zero-width characters):
+  the text is read decoded; when the decoded form holds something, the stored text is the
+  decoded form, scrubbed (mapping a redaction back through an escape is not attempted);
+- content parts: a message's text parts are scrubbed on their join (what `_text` stores), so a
+  secret split across parts is found; when the join held something, the first text part holds
+  the scrubbed join and the other text parts become empty (their join is unchanged otherwise).
+
+Not done: names, street addresses and other free-form personal data need an NER model (Presidio's
+NLP engine downloads one, so presidio is not installed); IP addresses are kept (detect-secrets'
+IP plugin also takes version numbers); secrets split across messages, or spelled out in words,
+are not found. The user's own patterns run as given: their time is theirs.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
-DEFAULT_PATTERNS: dict[str, str] = {
-    "private_key": r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-    "api_key": r"\b(?:sk|pk|rk)-(?:proj-|live-|test-)?[A-Za-z0-9_-]{16,}"
-    r"|\bAKIA[0-9A-Z]{16}\b|\bgh[pousr]_[A-Za-z0-9]{20,}|\bxox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|\bhf_[A-Za-z0-9]{20,}|\bAIza[0-9A-Za-z_-]{35}",
-    "bearer": r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}",
-    "assignment": r"(?i)\b(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
-    r"(\"?\s*[:=]\s*\"?)[^\s\"',;]{4,}",
-    "email": r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
-    "phone": r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}(?!\w)"
-    r"|(?<![\w+])\+\d{8,14}(?!\w)",
-    "card": r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)",
-}
+from flywheel.scrub_detectors import decoded_view, find_spans, is_card, secret_key_name
 
-
-def _scoped(pattern: str) -> str:
-    """A pattern whose leading inline flags (?i) apply to it alone: (?i:...)."""
-    m = re.match(r"\(\?([aiLmsux]+)\)", pattern)
-    return f"(?{m.group(1)}:{pattern[m.end():]})" if m else pattern
+DEFAULTS_VERSION = "detectors-v2"  # in the ingest's batch id: a new scrubber re-ingests a file
+TEXT_PART_TYPES = ("text", "input_text", "output_text")
 
 
 class ScrubError(ValueError):
     """A pattern of the config that does not compile."""
 
 
-def _luhn(digits: str) -> bool:
-    total, double = 0, False
-    for ch in reversed(digits):
-        d = int(ch) * (2 if double else 1)
-        total += d - 9 if d > 9 else d
-        double = not double
-    return total % 10 == 0
-
-
 class Scrubber:
-    """All patterns in one alternation, so a string is scanned once (seven `re.sub` passes
-    per string made scrubbing 60% of an ingest's time); where two patterns match at the same
-    place, the earlier one in the list wins."""
+    """The default detectors (when `defaults`) plus the user's patterns, merged into one pass
+    that rewrites each string once."""
 
     def __init__(self, extra: dict[str, str] | None = None, defaults: bool = True):
-        patterns = {**(DEFAULT_PATTERNS if defaults else {}), **(extra or {})}
-        self.patterns: dict[str, re.Pattern] = {}
-        for name, pattern in patterns.items():
+        self.defaults = defaults
+        self.extra: dict[str, re.Pattern] = {}
+        for name, pattern in (extra or {}).items():
             try:
-                self.patterns[name] = re.compile(pattern)
+                self.extra[name] = re.compile(pattern)
             except re.error as exc:
                 raise ScrubError(f"ingest.scrub_patterns: {name!r} is not a valid regular expression: {exc}") from exc
-        self.names = list(self.patterns)
-        # each pattern's inline flags ((?i)) become a scoped group, as an alternation needs
-        parts = [f"(?P<p{i}>{_scoped(p.pattern)})" for i, p in enumerate(self.patterns.values())]
-        self.combined = re.compile("|".join(parts)) if parts else None
+        # what the ingest hashes into a batch id: the user's patterns and the defaults' version
+        self.patterns = {**({"defaults": DEFAULTS_VERSION} if defaults else {}),
+                         **{name: p.pattern for name, p in self.extra.items()}}  # fmt: skip
+
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Non-overlapping (start, end, kind) spans to redact, in order; where two overlap they
+        become one, named after the one that starts first (the longer at a tie)."""
+        found = find_spans(text) if self.defaults else []
+        for name, pattern in self.extra.items():
+            found += [(m.start(), m.end(), name) for m in pattern.finditer(text) if m.end() > m.start()]
+        merged: list[list] = []
+        for start, end, kind in sorted(found, key=lambda s: (s[0], -s[1])):
+            if merged and start < merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end, kind])
+        return [tuple(m) for m in merged]
+
+    def _scrub_plain(self, text: str, counts: Counter) -> str:
+        spans = self.spans(text)
+        if not spans:
+            return text
+        out, pos = [], 0
+        for start, end, kind in spans:
+            out += [text[pos:start], f"[REDACTED:{kind}]"]
+            counts[kind] += 1
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
 
     def scrub(self, text: str, counts: Counter) -> str:
-        """`text` with every match replaced; `counts[name]` grows by the matches."""
-        if self.combined is None or len(text) < 6:  # nothing shorter is a key, an email or a number
+        """`text` with every secret replaced; `counts[kind]` grows by the redactions."""
+        if len(text) < 4:
             return text
-        return self.combined.sub(lambda m: self._replace(m, counts), text)
-
-    def _replace(self, match: re.Match, counts: Counter) -> str:
-        name = self.names[int(match.lastgroup[1:])]  # the pattern's own group: it closes last
-        found = match.group(0)
-        if name == "card" and not _luhn(re.sub(r"\D", "", found)):
-            return found
-        counts[name] += 1
-        if name == "assignment":  # keep the key's name: "password=[REDACTED]" still reads
-            head = re.match(r"""(?i)[\w-]+"?\s*[:=]\s*"?""", found)
-            return f"{head.group(0) if head else ''}[REDACTED:{name}]"
-        return f"[REDACTED:{name}]"
+        view = decoded_view(text)
+        if view != text:
+            found = Counter()
+            scrubbed = self._scrub_plain(view, found)
+            if found:  # only the decoded text said it: store that, scrubbed
+                counts.update(found)
+                return scrubbed
+        return self._scrub_plain(text, counts)
 
     def scrub_value(self, value, counts: Counter):
         """Every string inside a JSON-like value, scrubbed (keys too: they can hold an email)."""
         if isinstance(value, str):
-            return self.scrub(value, counts)
+            return self._scrub_string(value, counts)
+        if isinstance(value, bool) or value is None or isinstance(value, float):
+            return value
+        if isinstance(value, int):  # {"card": 4111111111111111}
+            if is_card(str(abs(value))):
+                counts["card"] += 1
+                return "[REDACTED:card]"
+            return value
         if isinstance(value, dict):
-            return {self.scrub(str(k), counts): self.scrub_value(v, counts) for k, v in value.items()}
+            out = {}
+            for k, v in value.items():
+                key = self.scrub(str(k), counts)
+                if self.defaults and secret_key_name(str(k)) and isinstance(v, (str, int, float)) and v != "":
+                    if not isinstance(v, bool):
+                        counts["secret"] += 1
+                        out[key] = "[REDACTED:secret]"
+                        continue
+                out[key] = self.scrub_value(v, counts)
+            return out
         if isinstance(value, list):
+            if _text_parts(value):
+                return self._scrub_parts(value, counts)
             return [self.scrub_value(v, counts) for v in value]
         return value
+
+    def _scrub_string(self, text: str, counts: Counter) -> str:
+        stripped = text.strip()
+        if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
+            try:
+                decoded = json.loads(stripped)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, (dict, list)):
+                found = Counter()
+                scrubbed = self.scrub_value(decoded, found)
+                if found:
+                    counts.update(found)
+                    return json.dumps(scrubbed, ensure_ascii=False)
+        return self.scrub(text, counts)
+
+    def _scrub_parts(self, parts: list, counts: Counter) -> list:
+        texts = [i for i, p in enumerate(parts) if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        joined = "".join(parts[i]["text"] for i in texts)
+        found = Counter()
+        scrubbed = self.scrub(joined, found)
+        if not found:
+            return [self.scrub_value(p, counts) for p in parts]
+        counts.update(found)
+        out = [self.scrub_value({k: v for k, v in p.items() if k != "text"}, counts) if isinstance(p, dict)
+               else self.scrub_value(p, counts) for p in parts]  # fmt: skip
+        for n, i in enumerate(texts):
+            out[i]["text"] = scrubbed if n == 0 else ""
+        return out
+
+
+def _text_parts(value: list) -> bool:
+    """A message's content as parts: dicts with a type, at least one of them a text part."""
+    return bool(value) and all(isinstance(p, dict) and "type" in p for p in value) and any(
+        p.get("type") in TEXT_PART_TYPES and isinstance(p.get("text"), str) for p in value
+    )
