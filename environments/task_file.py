@@ -8,6 +8,11 @@ eval-only, every row held out (and the lake refuses its tasks in training). Leve
 the rows' `level`s. `make_tasks(split, level, seed, count)` draws without replacement,
 in an order fixed by the seed, so each cycle's seed gives its own subset.
 
+Rows whose tests cannot fail a candidate are quarantined too: at parse time when the
+tests never touch the function (environments/task_checks.py `never_calls`), and by
+`validate(sandbox)`, which the run calls once its sandbox is up (flywheel/runtime.py),
+when the row's reference fails its own tests or a stub passes them.
+
 Verification is per row (environments/verifiers.py): the host kinds are checked
 without the sandbox (`job` returns their Score), the others run there. Rows without a
 verifier (`none`) are scored by `reward.functions` alone (`Score.graded` is False).
@@ -21,6 +26,7 @@ from pathlib import Path
 from environments import verifiers as v
 from environments.base import SandboxEnvironment, Score, check_split, reply, split_of
 from environments.python_tests import score_tests, tests_job
+from environments.task_checks import check_rows
 from environments.task_rows import Row, RowError, normalise, read_rows
 from storage.schema import TaskSpec, stable_id
 
@@ -54,6 +60,7 @@ class FileTasks(SandboxEnvironment):
         path, eval_only = self.path, self.eval_only
         self.quarantined: list[dict] = []
         self.cells: dict[tuple[str, int], list[Row]] = {}
+        self._where: dict[str, str] = {}  # row key -> its line or row, for a quarantine found later
         seen: set[str] = set()
         for where, raw, error in rows:
             if not error:
@@ -69,14 +76,40 @@ class FileTasks(SandboxEnvironment):
                 self.quarantined.append({"file": path, "where": where, "reason": error, "row": _preview(raw)})
                 continue
             seen.add(row.key)
+            self._where[row.key] = where
             split = row.split or split_of(f"{self.name}:{row.key}")
             self.cells.setdefault((split, row.level), []).append(row)
+        self._tally()
+
+    def _tally(self) -> None:
         if not self.cells:
             reasons = "; ".join(f"{q['where']}: {q['reason']}" for q in self.quarantined[:3])
-            raise TaskFileError(f"task file {path} has no usable row ({len(self.quarantined)} quarantined: {reasons})")
+            raise TaskFileError(f"task file {self.path} has no usable row ({len(self.quarantined)} quarantined: {reasons})")
         self.levels = tuple(sorted({level for _, level in self.cells}))
         self.rows = sum(len(r) for r in self.cells.values())
         self.kinds = sorted({r.verifier for rows in self.cells.values() for r in rows})
+
+    def validate(self, sandbox) -> int:
+        """Run the rows' tests against their reference and the stubs in `sandbox`
+        (environments/task_checks.py) and quarantine the rows that fail; how many rows
+        were run (verdicts are cached per process). TaskFileError when none is left."""
+        rows = [r for rows in self.cells.values() for r in rows]
+        bad, ran = check_rows(sandbox, self, rows)
+        if bad:
+            for cell, rows in list(self.cells.items()):
+                for r in rows:
+                    if r.key in bad:
+                        self.quarantined.append({"file": self.path, "where": self._where.get(r.key, f"id {r.key}"),
+                                                 "reason": bad[r.key], "row": _preview({"id": r.key, "tests": r.tests})})  # fmt: skip
+                self.cells[cell] = [r for r in rows if r.key not in bad]
+                if not self.cells[cell]:
+                    del self.cells[cell]
+            self._tally()
+        return ran
+
+    def task_of(self, row: Row) -> TaskSpec:
+        """The task of `row` on its split (task_checks scores completions of it)."""
+        return self._task(row, row.split or split_of(f"{self.name}:{row.key}"))
 
     def describe(self) -> str:
         quarantined = f", {len(self.quarantined)} quarantined" if self.quarantined else ""

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from environments.python_tests import TestsError, split_tests
+from environments.task_checks import never_calls
 from environments.verifiers import KINDS, parse_number
 from storage.schema import stable_id
 
@@ -169,6 +170,10 @@ def normalise(raw: dict, eval_only: bool = False) -> Row:
         if not isinstance(tests, list) or not tests or not all(
             isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str) for t in tests):  # fmt: skip
             raise RowError("verifier python_io needs tests: a list of {input: text, output: text}")
+    if verifier == "python_tests":
+        why = never_calls(tests)  # tests that cannot fail a candidate (environments/task_checks.py)
+        if why:
+            raise RowError(why)
     level = raw.get("level", 1)
     if isinstance(level, bool) or not isinstance(level, int) or level < 1:
         raise RowError(f"level must be an integer >= 1, not {level!r}")

@@ -54,7 +54,6 @@ class Runtime:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.base_model, self.lake = check_inputs(config, say)
         self.domains = build_domains(config)
-        write_quarantine(self.domains, self.run_dir, say)
         functions = reward_functions.load([(f.name, f.weight) for f in config.reward.functions])
         warmup = tuple(dict.fromkeys(e.sandbox_warmup for e in self.domains if e.sandbox_warmup))
         self.sandbox = make_sandbox(config.sandbox, warmup)
@@ -66,9 +65,13 @@ class Runtime:
                     f"{probe.error or probe.stderr.strip()[-300:]}"
                 )
             reward_functions.probe(self.sandbox, functions)
+            for env in self.domains:  # task-file rows whose tests a stub passes or their reference fails
+                if hasattr(env, "validate"):
+                    env.validate(self.sandbox)
         except BaseException:
             self.sandbox.close()
             raise
+        write_quarantine(self.domains, self.run_dir, say)
         self.reward_functions = functions
         # an asynchronous run syncs a version into the engine while later ones publish:
         # keep enough HF dirs that the one being synced is still there

@@ -1,0 +1,133 @@
+"""Rows of a task file that test nothing, found before a run trains on them (issue 41).
+
+A `python_tests` or `python_io` row is only worth training on when its tests tell a
+right solution from a wrong one. Two checks, both structural (nothing here looks for
+words in the tests):
+
+- at parse time, on the tests' syntax tree (`never_calls`): tests with no case and no
+  other code that touches the function under test (or that define that name themselves,
+  shadowing the candidate) cannot fail a candidate;
+- once per file load, in the sandbox (`check_rows`, called by FileTasks.validate when the
+  run has its sandbox, as reward_functions.probe is): the row's reference solution, when
+  it has one, must pass, and none of a few stubs may (returns None, returns its first
+  argument, returns True, raises; for programs: prints nothing, echoes its input). A row
+  the reference fails is quarantined "reference fails: ...", one a stub passes "tests
+  nothing: a stub passes (...)". Scoring goes through the row's own verifier
+  (environments/python_tests.py, environments/verifiers.py), as a completion's would.
+
+Verdicts are cached in memory per process by the row's content (verifier, tests, prefix,
+reference), so a file re-read in the same process is not run again; nothing is written to
+disk or the lake. A row whose check hit a sandbox failure (not the row's fault) is kept
+unchecked and not cached. What this does NOT do: prove the tests strong (a stub we did
+not think of may still pass), or check rows of the host kinds (exact, numeric, ...),
+whose answer is data, not code.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from environments.base import Score
+from storage.schema import stable_id
+
+CHECK_VERSION = "1"
+_STUB_FUNCTIONS = {
+    "returns None": "def {entry}(*args, **kwargs):\n    return None\n",
+    "returns its first argument": "def {entry}(*args, **kwargs):\n    return args[0] if args else None\n",
+    "returns True": "def {entry}(*args, **kwargs):\n    return True\n",
+    "raises": "def {entry}(*args, **kwargs):\n    raise NotImplementedError\n",
+}
+_STUB_PROGRAMS = {
+    "prints nothing": "pass\n",
+    "echoes its input": "import sys\nsys.stdout.write(sys.stdin.read())\n",
+}
+_VERDICTS: dict[str, str] = {}  # row content -> "" (kept) or the reason it is quarantined
+
+
+def never_calls(split: dict) -> str:
+    """Why tests split by python_tests.split_tests cannot fail any candidate, else ""."""
+    entry = split["entry"]
+    if split["cases"]:  # each case calls the candidate itself
+        return ""
+    if split["rest"] is None:
+        return f"the tests never call {entry}"
+    tree = ast.parse(split["rest"])
+    if split["calls_check"]:  # HumanEval: check(candidate) must use its parameter
+        check = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check")
+        param = check.args.args[0].arg if check.args.args else None
+        if param is None or not _reads(check, param):
+            return f"the tests' check({param or ''}) never uses the candidate"
+        return ""
+    for node in tree.body:  # module level: a name the tests bind themselves shadows the candidate
+        if entry in _bound(node):
+            return f"the tests define {entry} themselves, so the candidate is never called"
+    return "" if _reads(tree, entry) else f"the tests never call {entry}"
+
+
+def _reads(tree: ast.AST, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
+
+
+def _bound(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _key(row) -> str:
+    return stable_id("row-check", CHECK_VERSION, row.verifier, row.tests, row.prefix, row.reference)
+
+
+def _stubs(row) -> dict[str, str]:
+    if row.verifier == "python_io":
+        return {name: f"```python\n{code}```" for name, code in _STUB_PROGRAMS.items()}
+    entry = row.tests["entry"]
+    return {name: f"```python\n{code.format(entry=entry)}```" for name, code in _STUB_FUNCTIONS.items()}
+
+
+def check_rows(sandbox, env, rows: list) -> tuple[dict[str, str], int]:
+    """({row key: reason} for the rows to quarantine, how many were run now). `env` gives
+    the task of a row (`task_of`) and scores completions of it (`job`, `score`)."""
+    todo = [r for r in rows if r.verifier in ("python_tests", "python_io") and _key(r) not in _VERDICTS]
+    ran = len(todo)
+    for attempt in range(2):  # a timeout or a broken sandbox gets one more try
+        runs = []  # (row, label, task, job)
+        for row in todo:
+            task = env.task_of(row)
+            tries = ({"reference": row.reference} if row.reference else {}) | _stubs(row)
+            runs += [(row, label, task, env.job(task, text)) for label, text in tries.items()]
+        pending = [i for i, (*_, job) in enumerate(runs) if not isinstance(job, Score)]
+        results = dict(zip(pending, sandbox.map([runs[i][3] for i in pending]))) if pending else {}
+        verdicts: dict[str, dict[str, object]] = {}
+        for i, (row, label, task, job) in enumerate(runs):
+            score = env.score(task, job, results[i]) if i in results else job
+            verdicts.setdefault(row.key, {})[label] = score
+        retry = []
+        for row in todo:
+            reason, final = _judge(verdicts[row.key], last=attempt == 1)
+            if final:
+                _VERDICTS[_key(row)] = reason
+            else:
+                retry.append(row)
+        todo = retry
+        if not todo:
+            break
+    out = {r.key: _VERDICTS[_key(r)] for r in rows if _VERDICTS.get(_key(r))}
+    return out, ran
+
+
+def _judge(scores: dict, last: bool) -> tuple[str, bool]:
+    """(reason or "", whether that is final) from the scores of one row's runs."""
+    ref = scores.get("reference")
+    if ref is not None and ref.verdict != "pass":
+        if ref.verdict == "error" or (ref.verdict == "timeout" and not last):
+            return "", False  # the sandbox's fault, or a slow machine: try again, else keep it unchecked
+        return f"reference fails: {ref.verdict}: {ref.error or 'not every test passed'}"[:500], True
+    passing = [label for label, s in scores.items() if label != "reference" and s.verdict == "pass"]
+    if passing:
+        return f"tests nothing: a stub passes ({', '.join(passing)})", True
+    broken = any(s.verdict == "error" for s in scores.values())
+    return "", not broken
