@@ -25,6 +25,7 @@ from flywheel.config import FlywheelConfig
 from flywheel.console import check_stop
 from flywheel.pipeline import UpdatePipeline
 from flywheel.progress import reporter
+from flywheel.progress_lines import stage_done
 from flywheel.reporting import by_domain_level, publish_cycle
 from flywheel.results import CycleSummary, FlywheelResult
 from flywheel.runtime import Runtime
@@ -46,6 +47,7 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
         t0 = time.monotonic()
         result = fn.with_options(task_run_name=f"{name}-{rt.run_id}-c{cycle}")(rt, *args)
         timings[name] = round(time.monotonic() - t0, 2)
+        stage_done(name, timings[name], f"cycle {cycle} ")
         return result
 
     if not rt.lake.is_committed(rt.run_id, cycle):
@@ -60,6 +62,7 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
         t0 = time.monotonic()
         updates.submit(cycle)  # synchronous: trains and syncs now; else starts in the background
         timings["update"] = round(time.monotonic() - t0, 2)
+        stage_done("update", timings["update"], f"cycle {cycle} ")
     if rt.lake.read_replay_queue(rt.run_id, cycle + 1) is None:
         timed("replay", replay, cycle)
     if timings:
