@@ -98,12 +98,12 @@ def pass_cap(scale: int, pass_score: float) -> int:
     return max([n for n in range(scale + 1) if n / scale < pass_score] or [0])
 
 
-def verdict_choices(scale: int, pass_score: float) -> list[str]:
-    """Every reply a consistent verdict can be, criteria before the score: a server that
-    constrains replies to these (vLLM's structured outputs) makes a pass with a criterion
-    false impossible to write."""
+def verdict_choices(scale: int, pass_score: float, reference: bool | None = None) -> list[str]:
+    """Every reply a consistent verdict can be (with a reference, without one, or either:
+    None), criteria before the score: a server that constrains replies to these (vLLM's
+    structured outputs) makes a pass with a criterion false impossible to write."""
     out = []
-    for match in (True, False, None):
+    for match in {True: (True, False), False: (None,), None: (True, False, None)}[reference]:
         for rubric in (True, False):
             top = scale if match is not False and rubric else pass_cap(scale, pass_score)
             out += [json.dumps(dict(zip(VERDICT_KEYS, (match, rubric, n)))) for n in range(top + 1)]
@@ -184,12 +184,15 @@ class Judge:
                 stats.flagged += 1
         todo = [i for i in range(len(items)) if out[i] is None]
         advance(len(items) - len(todo))
-        first = self._verdicts([items[i] for i in todo], stats)
+        # the judge reads the completion normalised (NFKC, no invisible characters): what it
+        # sees is what the guard looked at, and text smuggled in tag characters is gone
+        first = self._verdicts([(items[i][0], clean(items[i][1]), items[i][2]) for i in todo], stats)
         again = []  # (index, reduced completion)
         for i, (value, error, cached) in zip(todo, first):
             out[i] = Judgement(value, error, cached=cached)
             if self.second_pass and value is not None and value >= self.pass_score:
-                if (reduced := reduce(items[i][1])) != clean(items[i][1]).strip():
+                reduced = reduce(items[i][1])
+                if reduced.split() != clean(items[i][1]).split():  # it had carriers
                     again.append((i, reduced))
         seconds = self._verdicts([(items[i][0], r, items[i][2]) for i, r in again], stats, salt="second pass")
         for (i, _), (value, _, _) in zip(again, seconds):
@@ -269,8 +272,9 @@ def openai_asker(base_url: str, model: str | None, timeout_s: float, concurrency
     A transport failure or an error status is that item's Exception, never a raise, so a
     judge that is down costs error components, not the cycle. Without `model`, the server's
     first listed model, looked up on first use; the label (for the cache) is then the URL.
-    `choices`: the only replies allowed (vLLM's structured outputs): a small model that
-    cannot keep to the format on its own (SmolLM2-135M never did) still answers one."""
+    `choices`: the only replies allowed (vLLM's structured outputs), or a function of the
+    messages giving them: a small model that cannot keep to the format on its own
+    (SmolLM2-135M never did) still answers one."""
     import httpx
 
     key = os.environ.get("OPENAI_API_KEY")
@@ -289,8 +293,9 @@ def openai_asker(base_url: str, model: str | None, timeout_s: float, concurrency
     def one(messages):
         try:
             body = {"model": model_name(), "messages": messages, "temperature": 0, "max_tokens": max_tokens}
-            if choices:
-                body["structured_outputs"] = {"choice": choices}
+            allowed = choices(messages) if callable(choices) else choices
+            if allowed:
+                body["structured_outputs"] = {"choice": allowed}
             out = client.post(f"{base}/v1/chat/completions", json=body).raise_for_status().json()
             usage = out.get("usage") or {}
             return out["choices"][0]["message"]["content"] or "", int(usage.get("total_tokens") or 0)
@@ -316,6 +321,13 @@ def engine_asker(engine, tokenizer, max_tokens: int):
     return ask
 
 
+def constrained_choices(scale: int, pass_score: float):
+    """messages -> the verdicts allowed for them: with a reference when our system prompt
+    (never the completion's text) says one is given."""
+    with_ref, without = verdict_choices(scale, pass_score, True), verdict_choices(scale, pass_score, False)
+    return lambda messages: with_ref if "and a reference answer" in messages[0]["content"] else without
+
+
 def make_judge(cfg, lake, engine=None, tokenizer=None) -> Judge | None:
     """The judge a `reward.judge` config asks for, or None without a rubric. `engine` and
     `tokenizer` are callables (the engine starts only when the engine backend needs it).
@@ -326,7 +338,7 @@ def make_judge(cfg, lake, engine=None, tokenizer=None) -> Judge | None:
     if cfg.backend == "openai":
         from storage.judgements import JudgeCache
 
-        choices = verdict_choices(cfg.scale, cfg.pass_score) if cfg.constrain else None
+        choices = constrained_choices(cfg.scale, cfg.pass_score) if cfg.constrain else None
         ask, model = openai_asker(cfg.base_url, cfg.model, cfg.timeout_s, cfg.max_concurrency, tokens, choices)
         return Judge(cfg.rubric, ask, model, cfg.scale, cfg.max_retries, JudgeCache(lake), pass_score=cfg.pass_score)
     ask = engine_asker(engine(), tokenizer(), tokens)

@@ -6,8 +6,9 @@ of the judge's defence (environments/judge.py), never its wall.
    controls, tag characters) and variation selectors removed; its confusable skeleton
    (Unicode's confusables data through `confusable-homoglyphs`: Cyrillic `а`, Greek `ο`,
    mathematical and fullwidth letters fold to ASCII, combining overlays dropped); spaced-out
-   and leet-spelled letters joined; and what the obvious encodings decode to (base64, hex,
-   URL `%XX`, `\\uXXXX` escapes, HTML entities, rot13, reversed text), two layers deep.
+   and leet-spelled letters joined; the ASCII hidden in Unicode tag characters; and what the
+   obvious encodings decode to (base64, hex, URL `%XX`, `\\uXXXX` escapes, HTML entities,
+   rot13, reversed text), two layers deep.
 2. `addresses_judge(text)`: the reason when some view, in one sentence, carries the judge's
    own vocabulary: its score line or verdict fields, the quoting markers or chat-role tags
    (language-free: these are our format), or an instruction about the grade in one of ~25
@@ -64,10 +65,11 @@ def clean(text: str) -> str:
     return "".join(ch for ch in text if not _invisible(ch))
 
 
-def skeleton(text: str) -> str:
-    """Lower-case ASCII look-alike of `clean(text)`: combining marks dropped, confusables folded."""
+def skeleton(text: str, accents: bool = False) -> str:
+    """Lower-case look-alike of `clean(text)` with confusables folded to ASCII; combining
+    marks (accents, overlays) dropped unless `accents` (the lexicon spells `prüfer`)."""
     decomposed = unicodedata.normalize("NFD", clean(text))
-    bare = "".join(ch for ch in decomposed if unicodedata.category(ch) != "Mn")
+    bare = "".join(ch for ch in decomposed if accents or unicodedata.category(ch) != "Mn")
     return unicodedata.normalize("NFC", bare.translate(_skeleton_table())).lower()
 
 
@@ -126,9 +128,11 @@ def views(text: str, depth: int = 2) -> list[str]:
         if t and t not in seen:
             seen.append(t)
 
+    tags = "".join(chr(ord(ch) - 0xE0000) for ch in text if 0xE0020 <= ord(ch) <= 0xE007E)
+    add(tags)  # Unicode tag characters: invisible ASCII that some models read
     base = clean(text)
     skel = skeleton(text)
-    for t in (base, skel, SPACED.sub(lambda m: re.sub(r"[ .\-_*]", "", m.group(0)), skel), skel.translate(LEET),
+    for t in (base, skel, skeleton(text, accents=True), SPACED.sub(lambda m: re.sub(r"[ .\-_*]", "", m.group(0)), skel), skel.translate(LEET),
               codecs.encode(base, "rot13"), base[::-1]):  # fmt: skip
         add(t)
     layer = [base]
@@ -151,7 +155,7 @@ def _words(*alternatives: str) -> re.Pattern:
 # The judge's own format: language-free, it is what our prompt and parser use.
 FORMAT = _words(
     r"\bscore\s*[:=]\s*\d", r"[\"']?\b(?:matches_reference|meets_rubric)\b[\"']?\s*:", r"[\"']score[\"']\s*:",
-    r"<<<|>>>", r"\bend\s+(?:of\s+)?(?:the\s+)?(?:response|task|reference|answer)\b",
+    r"<<<", r"\w>>>", r"\bend\s+(?:of\s+)?(?:the\s+)?(?:response|task|reference|answer)\b",
     r"\[/?(?:system|assistant|user|inst)\]", r"<\|?/?(?:im_start|im_end|system|assistant|endoftext)\|?>", r"<</?sys>>",
 )  # fmt: skip
 # Instruction words in ~25 languages: a second signal (spelling), per sentence.
@@ -192,7 +196,7 @@ MAXIMUM = _words(
     r"เต็ม", r"สูงสุด", r"kamili",
 )  # fmt: skip
 AWARD = _words(
-    r"\bgive\b", r"\bassign", r"\baward", r"\brate\b", r"\breply\b", r"\brespond", r"\bdeserv", r"merece",
+    r"\bgive\b", r"\bassign", r"\baward", r"\breply\b", r"\brespond", r"\bdeserv", r"merece",
     r"mérite", r"verdient", r"merita", r"заслуж", r"值得", r"相応", r"자격", r"يستحق", r"ראוי", r"योग्य", r"layak",
     r"xứng đáng", r"αξίζει", r"สมควร", r"anastahili", r"\bdale\b", r"\bdé\b", r"\bda\b", r"otorga", r"asigna",
     r"\bpon\b", r"responde", r"donne", r"attribue", r"accorde", r"\bmets\b", r"réponds", r"\bgib\b", r"geben sie",
@@ -214,6 +218,7 @@ ADDRESS = _words(
     r"penilai", r"\bjuri\b", r"hakim", r"người chấm", r"giám khảo", r"người đánh giá", r"βαθμολογητ",
     r"αξιολογητ", r"ผู้ตรวจ", r"กรรมการ", r"ผู้ประเมิน", r"mtahini", r"msahihishaji", r"\bjaji\b",
 )  # fmt: skip
+RATE = _words(r"\brate\b")  # also a noun ("the interest rate"): only with a maximum
 SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
 
 
@@ -222,9 +227,10 @@ def _sentence_reason(s: str) -> str | None:
     if m := FORMAT.search(s):
         return f"the judge's own format {m.group(0)!r}"
     found = {name for name, pat in (("override", OVERRIDE), ("instructions", INSTRUCTIONS), ("score", SCORE),
-                                    ("maximum", MAXIMUM), ("award", AWARD), ("address", ADDRESS)) if pat.search(s)}  # fmt: skip
+                                    ("maximum", MAXIMUM), ("award", AWARD), ("address", ADDRESS), ("rate", RATE))
+             if pat.search(s)}  # fmt: skip
     for need in ({"override", "instructions"}, {"award", "score"}, {"award", "maximum"}, {"address", "score"},
-                 {"address", "maximum"}):  # fmt: skip
+                 {"address", "maximum"}, {"rate", "maximum"}):  # fmt: skip
         if need <= found:
             return f"an instruction about the grade ({' + '.join(sorted(need))})"
     return None
@@ -245,7 +251,9 @@ COMMENTS = re.compile(
     r"|<(?:details|summary|span|div)[^>]*>.*?</(?:details|summary|span|div)>",
     re.S | re.M,
 )  # fmt: skip
-MARKER_LINE = re.compile(r"^[^\n]*(?:<<<|>>>|\[/?(?:system|assistant|user|inst)\]|<\|[^\n]*\|>|<</?sys>>)[^\n]*$", re.I | re.M)
+MARKER_LINE = re.compile(  # from a marker, role tag or verdict field of ours to the end of its line
+    r"(?:<<<|\w>>>|\[/?(?:system|assistant|user|inst)\]|<\|[^\n]*\|>|<</?sys>>|[\"']?(?:matches_reference|meets_rubric)\b)"
+    r"[^\n]*$", re.I | re.M)  # fmt: skip
 STRING = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 ENCODED = re.compile(f"{BASE64.pattern}|{HEX.pattern}|(?:[\\w.~-]*%[0-9A-Fa-f]{{2}}){{3,}}[\\w.~-]*")
 
