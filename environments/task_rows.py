@@ -317,16 +317,15 @@ def _parquet_rows(p: Path):
         return
     n = 0
     for g in range(pf.metadata.num_row_groups):
-        size = pf.metadata.row_group(g).num_rows
-        try:
-            rows = pf.read_row_group(g).to_pylist()
+        start, size = n, pf.metadata.row_group(g).num_rows
+        try:  # in batches, so a group's rows before the damage are kept too
+            for batch in pf.iter_batches(batch_size=4096, row_groups=[g]):
+                for row in batch.to_pylist():
+                    n += 1
+                    yield f"row {n}", row, ""
         except (pa.ArrowException, OSError, ValueError) as exc:
-            yield f"row group {g} (rows {n + 1}-{n + size})", None, f"row group does not decode ({exc})"
-            n += size
-            continue
-        for row in rows:
-            n += 1
-            yield f"row {n}", row, ""
+            yield f"row group {g} (rows {n + 1}-{start + size})", None, f"row group does not decode ({exc})"
+            n = start + size
 
 
 def clean_value(value, where: str = "", depth: int = 0):
