@@ -38,36 +38,46 @@ error. The audit (environments/audit.py) still runs on the host as a second sign
 
 from __future__ import annotations
 
-# The tagged encoding: plain JSON for None/bool/int/float/str/list; every JSON object is a
-# one-key tag, so an encoded dict can never be mistaken for a value. Exact types only: a
-# subclass of int (one that redefines __eq__) is refused, not flattened. Exec'd in the
-# child, in the parent and on the host (tests): one definition.
-CODEC = r"""
+# The tagged encoding of a reply: plain JSON for None/bool/int/float/str/list; every JSON
+# object is a one-key tag, so an encoded dict can never be mistaken for a value. Exact types
+# only: a subclass of int (one that redefines __eq__) is refused, not flattened. The child
+# writes the JSON text itself (importing json costs a fresh interpreter ~25 ms, most of it
+# `re`); `_json.encode_basestring_ascii` is json's own C string escaper.
+ENCODE = r"""
+from _json import encode_basestring_ascii as _quote
+
+
 def encode(x, depth=0):
     t = type(x)
     if depth > 100:
         raise TypeError("nested deeper than 100")
-    if x is None or t is bool or t is str:
-        return x
-    if t is int:
-        return x if -(1 << 9000) < x < (1 << 9000) else {"i": hex(x)}  # past json's digit limit
-    if t is float:
-        return x if x - x == 0.0 else {"f": repr(x)}  # inf, -inf and nan are not JSON
+    if x is None:
+        return "null"
+    if t is bool:
+        return "true" if x else "false"
+    if t is str:
+        return _quote(x)
+    if t is int:  # past json's digit limit in hex
+        return int.__repr__(x) if -(1 << 9000) < x < (1 << 9000) else '{"i": "%s"}' % hex(x)
+    if t is float:  # inf, -inf and nan are not JSON
+        return float.__repr__(x) if x - x == 0.0 else '{"f": "%s"}' % float.__repr__(x)
     if t is list:
-        return [encode(v, depth + 1) for v in x]
-    if t is tuple:
-        return {"t": [encode(v, depth + 1) for v in x]}
-    if t is set or t is frozenset:
-        return {"s" if t is set else "S": [encode(v, depth + 1) for v in x]}
+        return "[" + ", ".join([encode(v, depth + 1) for v in x]) + "]"
+    if t is tuple or t is set or t is frozenset:
+        tag = "t" if t is tuple else "s" if t is set else "S"
+        return '{"%s": [' % tag + ", ".join([encode(v, depth + 1) for v in x]) + "]}"
     if t is dict:
-        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+        pairs = ["[" + encode(k, depth + 1) + ", " + encode(v, depth + 1) + "]" for k, v in x.items()]
+        return '{"d": [' + ", ".join(pairs) + "]}"
     if t is bytes:
-        return {"b": x.hex()}
+        return '{"b": "%s"}' % x.hex()
     if t is complex:
-        return {"c": [encode(x.real), encode(x.imag)]}
+        return '{"c": [%s, %s]}' % (encode(x.real), encode(x.imag))
     raise TypeError(f"a {t.__name__} is not plain data")
+"""
 
-
+# The parent's side of it: json.loads, then this, into plain values (bounded depth).
+DECODE = r"""
 _MAKERS = {"t": tuple, "s": set, "S": frozenset}
 
 
@@ -97,56 +107,67 @@ def decode(x, depth=0):
     raise ValueError("not the tagged encoding: " + repr(tag)[:40])
 """
 
-# The untrusted side, a fresh `python -I -S`: first line {"path", "entry"}, then one
-# request per line {"id", "args", "kw"}; replies {"ready"} / {"id", "value"} / {"error"}.
+# The untrusted side, a fresh `python -I -S`. Requests come from the trusted parent as
+# 4-byte length + marshal (exact types, no import): first (sys.path, entry), then (id,
+# args, kwargs). Replies are one JSON line each: {"ready"} / {"id", "value"} / {"error"}.
 CHILD = r"""
-import json, os, sys, types
+import marshal, os, sys
 inp, out = os.dup(0), os.dup(1)
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)  # what the solution prints or reads is not the protocol
 os.dup2(null, 1)
-""" + CODEC + r"""
-LAZY = (range, map, filter, zip, reversed, enumerate, types.GeneratorType,
+""" + ENCODE + r"""
+LAZY = (range, map, filter, zip, reversed, enumerate, type((lambda: (yield))()),
         type({}.keys()), type({}.values()), type({}.items()))
 def send(text):
     data = (text + "\n").encode()
     while data:
         data = data[os.write(out, data):]
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = os.read(inp, n - len(data))
+        if not chunk:
+            os._exit(0)
+        data += chunk
+    return data
+def receive():
+    return marshal.loads(read(int.from_bytes(read(4), "big")))
 def why(e):
     try:
-        return [type(e).__name__, str(e)[:300]]
+        text = str(e)[:300]
     except BaseException:
-        return [type(e).__name__, "?"]
-lines = os.fdopen(inp, "rb")
-first = json.loads(lines.readline())
-sys.path[:] = first["path"]
+        text = "?"
+    return '{"error": [%s, %s]' % (_quote(type(e).__name__), _quote(text))
+path, entry = receive()
+sys.path[:] = path
 ns = {"__name__": "solution"}
 try:
     with open("solution.py", "rb") as f:
         exec(compile(f.read(), "solution.py", "exec"), ns)
-    fn = ns.get(first["entry"])
+    fn = ns.get(entry)
     if not callable(fn):
-        raise NameError("no function named " + first["entry"])
+        raise NameError("no function named " + entry)
 except BaseException as e:
-    send(json.dumps({"error": why(e)}))
+    send(why(e) + "}")
     os._exit(0)
 send('{"ready": true}')
-for line in lines:
-    req = json.loads(line)
+while True:
+    n, args, kw = receive()
     try:
-        got = fn(*[decode(a) for a in req["args"]], **{k: decode(v) for k, v in req["kw"].items()})
+        got = fn(*args, **kw)
         if type(got) in LAZY:
             got = list(got)
-        reply = json.dumps({"id": req["id"], "value": encode(got)})
+        reply = '{"id": %d, "value": %s}' % (n, encode(got))
     except BaseException as e:
-        reply = json.dumps({"id": req["id"], "error": why(e)})
+        reply = why(e) + ', "id": %d}' % n
     send(reply)
 """
 
 # The trusted side, after tagged.PRELUDE (spec, report, os, json): defines `Candidate`,
 # `CandidateFailed`, `deadline_alarm` and `canonical`.
-PARENT = CODEC + r"""
-import _signal, select, sys, time, builtins as _builtins
+PARENT = DECODE + r"""
+import _signal, marshal, select, sys, time, builtins as _builtins
 
 
 def _not_dumpable():
@@ -229,7 +250,7 @@ class Candidate:
         self.w, self.r, self.buf = req_w, rep_r, b""
         os.set_blocking(req_w, False)
         limit = time.monotonic() + self.load_timeout_s
-        self._send({"path": sys.path, "entry": self.entry}, limit)
+        self._send((list(sys.path), self.entry), limit)
         try:
             got = self._reply(limit, "loading the solution")
         except CandidateFailed:
@@ -265,7 +286,8 @@ class Candidate:
         raise CandidateFailed(why, timed_out)
 
     def _send(self, obj, limit):
-        data = (json.dumps(obj) + "\n").encode()
+        data = marshal.dumps(obj)
+        data = len(data).to_bytes(4, "big") + data
         while data:
             left = limit - time.monotonic()
             if left <= 0 or not select.select([], [self.w], [], left)[1]:
@@ -299,16 +321,15 @@ class Candidate:
 
     def call(self, args, kwargs=None, timeout_s=1.0):
         # fn(*args, **kwargs) in the child: the plain value it returned, or what it raised
-        try:
-            msg = {"args": [encode(a) for a in args], "kw": {str(k): encode(v) for k, v in (kwargs or {}).items()}}
-        except TypeError as e:  # the test passed something that cannot cross (a lambda...)
+        try:  # marshal: the child reads it without an import; exact types only
+            marshal.dumps((tuple(args), dict(kwargs or {})))
+        except ValueError as e:  # the test passed something that cannot cross (a lambda...)
             raise TypeError(f"cannot pass this argument to the solution's process: {e}") from None
         if self.pid is None:
             self.start()
         self.n += 1
-        msg["id"] = self.n
         limit = time.monotonic() + timeout_s
-        self._send(msg, limit)
+        self._send((self.n, tuple(args), dict(kwargs or {})), limit)
         got = self._reply(limit, "calling " + self.entry)
         if got.get("id") != self.n:
             self._fail("the solution's process answered out of turn")
@@ -332,5 +353,5 @@ class Candidate:
 PARENT = PARENT.replace("CHILD_SOURCE", repr(CHILD))
 
 _host: dict = {}
-exec(compile(CODEC, "<codec>", "exec"), _host)  # our own constant source, never model text  # noqa: S102
+exec(compile(ENCODE + DECODE, "<codec>", "exec"), _host)  # our own constant source, never model text  # noqa: S102
 encode, decode = _host["encode"], _host["decode"]
