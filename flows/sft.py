@@ -54,18 +54,9 @@ def demonstrations_from_lake(lake, run_id: str, min_reward: float) -> list[Demo]
 
 def demonstrations_from_file(path: str, tokenizer) -> tuple[list[Demo], list[dict]]:
     """(prompt ids, completion ids) per good row, and the quarantined rows with reasons."""
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
+    from environments.task_rows import read_rows  # bad bytes, nesting, a cut gzip: quarantined, never fatal
 
-        rows = pq.read_table(path).to_pylist()
-    else:
-        with open(path) as f:
-            rows = []
-            for n, line in enumerate(f, 1):
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    rows.append({"_raw": line, "_error": f"line {n}: not JSON ({exc})"})
+    rows = [raw if not error else {"_raw": "", "_error": f"{where}: {error}"} for where, raw, error in read_rows(path)]
     good, bad = [], []
     for row in rows:
         messages = row.get("messages")

@@ -153,3 +153,23 @@ def test_ingest_keeps_the_good_records_beside_bad_bytes(tmp_path):
     bad.write_bytes(b"PAR1 not really")
     report2 = ingest_file(store, str(bad), IngestConfig())
     assert report2.quarantined == 1 and "not a readable Parquet file" in store.quarantine(report2.batch)[0]["reason"]
+
+
+def test_sft_demonstrations_read_through_the_same_reader(tmp_path, tiny_model):
+    """flows/sft.py's demonstration file: a BOM, a non-UTF-8 line, a lone surrogate and a
+    10,000-deep line are quarantined with their line, the good demonstrations kept."""
+    from transformers import AutoTokenizer
+
+    from flows.sft import demonstrations_from_file
+
+    demo = lambda w: json.dumps({"messages": [{"role": "user", "content": f"Say {w}."},  # noqa: E731
+                                              {"role": "assistant", "content": w}]}).encode()  # fmt: skip
+    lines = [b"\xef\xbb\xbf" + demo("red"), b'{"messages": "caf\xe9"}', demo("blue"),
+             b'{"messages": [{"role": "user", "content": "\\udc00"}, {"role": "assistant", "content": "x"}]}',
+             b"[" * 10_000 + b"]" * 10_000, demo("gold")]  # fmt: skip
+    path = tmp_path / "demos.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    examples, quarantined = demonstrations_from_file(str(path), AutoTokenizer.from_pretrained(tiny_model))
+    assert len(examples) == 3
+    assert [q["_error"].split(":")[0] for q in quarantined] == ["line 2", "line 4", "line 5"]
+    assert "not UTF-8" in quarantined[0]["_error"] and "lone surrogate" in quarantined[1]["_error"]
