@@ -28,14 +28,15 @@ from __future__ import annotations
 import ast
 
 from environments.base import Score
+from environments.domains.code import extract_code
 from storage.schema import stable_id
 
-CHECK_VERSION = "1"
-_STUB_FUNCTIONS = {
-    "returns None": "def {entry}(*args, **kwargs):\n    return None\n",
-    "returns its first argument": "def {entry}(*args, **kwargs):\n    return args[0] if args else None\n",
-    "returns True": "def {entry}(*args, **kwargs):\n    return True\n",
-    "raises": "def {entry}(*args, **kwargs):\n    raise NotImplementedError\n",
+CHECK_VERSION = "2"
+_STUB_BODIES = {
+    "returns None": "return None",
+    "returns its first argument": "return {first}",
+    "returns True": "return True",
+    "raises": "raise NotImplementedError",
 }
 _STUB_PROGRAMS = {
     "prints nothing": "pass\n",
@@ -85,7 +86,35 @@ def _stubs(row) -> dict[str, str]:
     if row.verifier == "python_io":
         return {name: f"```python\n{code}```" for name, code in _STUB_PROGRAMS.items()}
     entry = row.tests["entry"]
-    return {name: f"```python\n{code.format(entry=entry)}```" for name, code in _STUB_FUNCTIONS.items()}
+    params, first = _signature(row, entry)
+    return {name: f"```python\ndef {entry}({params}):\n    {body.format(first=first)}\n```"
+            for name, body in _STUB_BODIES.items()}  # fmt: skip
+
+
+def _signature(row, entry: str) -> tuple[str, str]:
+    """(parameters, the first one) of `entry` as the row's reference or prompt code
+    defines it, so tests that look at the candidate's arity cannot tell a stub from a
+    solution; (*args, **kwargs) when neither defines it. Defaults become None and
+    annotations go (they may name what the stub does not import)."""
+    for source in (extract_code(row.reference or "", entry), row.prefix):
+        try:
+            tree = ast.parse(source or "")
+        except (SyntaxError, ValueError):
+            continue
+        fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and n.name == entry), None)  # fmt: skip
+        if fn is None:
+            continue
+        args = fn.args
+        for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+            if a is not None:
+                a.annotation = None
+        args.defaults = [ast.Constant(None) for _ in args.defaults]
+        args.kw_defaults = [None if d is None else ast.Constant(None) for d in args.kw_defaults]
+        positional = [*args.posonlyargs, *args.args]
+        first = positional[0].arg if positional else (f"{args.vararg.arg}[0]" if args.vararg else "None")
+        return ast.unparse(args), first
+    return "*args, **kwargs", "args[0] if args else None"
 
 
 def check_rows(sandbox, env, rows: list) -> tuple[dict[str, str], int]:

@@ -85,6 +85,9 @@ def test_stub_passing_and_reference_failing_rows_are_quarantined_in_the_sandbox(
         {"id": "io-echo", "prompt": "Repeat the line.", "tests": [{"input": "abc\n", "output": "abc"}]},
         {"id": "io-wrong-ref", "prompt": "Double it.", "tests": [{"input": "4\n", "output": "8"}],
          "reference": "```python\nprint(int(input()) + 2)\n```"},
+        # written to pass any function of the right arity and fail a (*args, **kwargs) stub
+        {"task_id": "arity", "text": "Add.", "code": ADD, "entry_point": "add",
+         "test_list": ["try:\n    add(1)\n    ok = False\nexcept TypeError:\n    ok = True\nassert ok"]},
     ]  # fmt: skip
     path = write_jsonl(tmp_path / "t.jsonl", rows)
     task_checks._VERDICTS.clear()
@@ -102,8 +105,9 @@ def test_stub_passing_and_reference_failing_rows_are_quarantined_in_the_sandbox(
     assert why["line 11"] == "tests nothing: a stub passes (prints nothing)"
     assert why["line 12"] == "tests nothing: a stub passes (echoes its input)"
     assert why["line 13"].startswith("reference fails: fail")
+    assert why["line 14"] == "tests nothing: a stub passes (returns None, returns its first argument, returns True, raises)"
     assert all(q["file"] == path for q in env.quarantined)
-    assert env.describe().startswith("4 rows, 9 quarantined")
+    assert env.describe().startswith("4 rows, 10 quarantined")
     # the same file again in this process: nothing runs, the same rows go
     again = FileTasks(path)
     assert again.validate(box) == 0 and {q["where"] for q in again.quarantined} == set(why)
