@@ -138,3 +138,22 @@ def test_a_run_checks_its_task_files_at_start_up(tiny_model, tmp_path):
             "line 5": "tests nothing:", "line 6": "no prompt (a t"}
     finally:
         rt.close()
+
+
+def test_a_broken_sandbox_keeps_rows_unchecked_and_uncached(tmp_path):
+    """The sandbox failing (not the row) quarantines nothing and caches nothing, so the
+    next load checks again. A stand-in sandbox: this is the bookkeeping, not the run."""
+    from environments.sandbox import ExecResult
+
+    class Broken:
+        calls = 0
+
+        def map(self, jobs):
+            Broken.calls += 1
+            return [ExecResult(None, "", "", 0.0, error="the pool died") for _ in jobs]
+
+    path = write_jsonl(tmp_path / "t.jsonl", [mbpp("x", ADD + "  # broken box", ["assert add(1, 2) == 3"])])
+    env = FileTasks(path)
+    assert env.validate(Broken()) == 1 and env.rows == 1 and not env.quarantined
+    assert Broken.calls == 2  # one more try
+    assert FileTasks(path).validate(Broken()) == 1  # not cached: checked again
