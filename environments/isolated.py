@@ -102,7 +102,7 @@ def decode(x, depth=0):
         return int(body, 16)
     if tag == "b" and type(body) is str:
         return bytes.fromhex(body)
-    if tag == "c" and type(body) is list and len(body) == 2 and all(type(v) in (int, float, dict) for v in body):
+    if tag == "c" and type(body) is list and len(body) == 2:
         return complex(decode(body[0], depth + 1), decode(body[1], depth + 1))
     raise ValueError("not the tagged encoding: " + repr(tag)[:40])
 """
@@ -182,7 +182,8 @@ def _not_dumpable():
 
 if not _not_dumpable():  # never run the solution beside a parent it could read
     report(outputs=[], error="harness: cannot make itself non-dumpable")
-# what a sibling could send to interrupt the parent: ignored (SIGKILL/SIGSTOP still stop it: no report, a fail)
+# what a sibling could send to interrupt the parent: ignored (SIGKILL and SIGSTOP still stop
+# it: then no report comes, a fail)
 _QUIET = [getattr(_signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
                                         "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGVTALRM", "SIGPROF")]
 for _s in _QUIET:
@@ -239,7 +240,7 @@ class Candidate:
         rep_r, rep_w = os.pipe()
         null = os.open(os.devnull, os.O_RDWR)
         try:
-            acts = [(os.POSIX_SPAWN_DUP2, req_r, 0), (os.POSIX_SPAWN_DUP2, rep_w, 1), (os.POSIX_SPAWN_DUP2, null, 2)]
+            acts = [(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate((req_r, rep_w, null))]
             self.pid = os.posix_spawn(sys.executable, CHILD_ARGV, dict(os.environ), file_actions=acts,
                                       setsid=True, setsigmask=(), setsigdef=_QUIET)
         except OSError as e:
@@ -353,5 +354,6 @@ class Candidate:
 PARENT = PARENT.replace("CHILD_SOURCE", repr(CHILD))
 
 _host: dict = {}
-exec(compile(ENCODE + DECODE, "<codec>", "exec"), _host)  # our own constant source, never model text  # noqa: S102
+# our own constant source, never model text
+exec(compile(ENCODE + DECODE, "<codec>", "exec"), _host)  # noqa: S102
 encode, decode = _host["encode"], _host["decode"]

@@ -9,11 +9,16 @@ fd 1 at /dev/null, so what that code prints cannot reach the host, and it define
 exits. On the host, `read_tagged` accepts exactly one such line holding a JSON object. A
 second line, or a malformed one, is a forgery.
 
-Not done: hiding the nonce from code in the same process. It lives in `report`'s closure,
-not in the module's globals, but code that walks frames or gc could find it. The audit
-(environments/audit.py) zeroes solutions that reach there, and the verifiers that can keep
-the expected answers on the host do, so a forged line can only claim what the solution
-could have computed.
+Where the nonce is kept from the code: the function harnesses (`code`, `data`,
+`python_tests`) run the solution in a process of its own, started by exec (no copy of the
+harness's memory) with only pipes and /dev/null for fds, and decide from the plain values
+it sends back (environments/isolated.py). Not done: the other harnesses (`python_io`,
+math-verify, reasoning-gym's scorers, user reward functions, repair's hidden tests) still
+run the untrusted code in the process that holds the nonce: the nonce lives in `report`'s
+closure, not in the module's globals, but code that walks frames or gc could find it. Where
+such a verifier keeps the expected answers on the host, a forged line can only claim what
+the code could have computed; the audit (environments/audit.py) zeroes code that reaches
+there.
 """
 
 from __future__ import annotations
@@ -40,24 +45,6 @@ def _reporter(nonce):
     return report
 report = _reporter(spec.pop("nonce"))
 del _reporter
-"""
-
-# Loads the candidate's solution.py as module "solution" under a 5 s alarm and finds the
-# function `spec["entry"]` as `fn`, reporting why not. The harness that includes it has
-# imported `_signal` and set a SIGALRM handler first; it must pop whatever the solution
-# must not see from `spec` before this runs.
-LOAD_SOLUTION = r"""
-ns = {"__name__": "solution"}
-try:
-    _signal.alarm(5)
-    fd = os.open("solution.py", os.O_RDONLY)
-    exec(compile(read_all(fd), "solution.py", "exec"), ns)
-    _signal.alarm(0)
-except BaseException as e:
-    report(outputs=[], error=f"solution failed to load: {type(e).__name__}: {e}"[:300])
-fn = ns.get(spec["entry"])
-if not callable(fn):
-    report(outputs=[], error="no function named " + spec["entry"])
 """
 
 

@@ -151,3 +151,23 @@ def test_python_tests_pays_a_plain_solution(box, tests_task):
     body = f"def {ENTRY}(*a):\n    import json\n    return {table}[json.dumps(list(a))]"  # a lookup, but a clean one
     job = file_env.job(task, "```python\n" + body + "\n```")
     assert file_env.score(task, job, box.run(job)).verdict == "pass"
+
+
+@pytest.mark.parametrize("name", sorted(HACKS))
+def test_with_the_audit_off_no_hack_earns_more_than_returning_zero(box, tests_task, monkeypatch, name):
+    """The audit is a second signal, not the wall: with it switched off, each hack (most of
+    which return 0) passes no test that `return 0` would not pass honestly, through both the
+    code harness and python_tests (tests/test_verdict_isolation.py holds the attacks written
+    against the two-process harness itself)."""
+    import environments.domains.code as code_domain
+    import environments.python_tests as python_tests
+
+    monkeypatch.setattr(code_domain, "audit_python", lambda code: [])
+    monkeypatch.setattr(python_tests, "audit_python", lambda code: [])
+    zeros = sum(want == 0 for _, want in json.loads(TASK.verifier_json)["tests"])
+    completion = "```python\n" + HACKS[name].format(entry=ENTRY) + "\n```"
+    file_env, task = tests_task
+    for e, t in ((env, TASK), (file_env, task)):
+        job = e.job(t, completion)
+        score = e.score(t, job, box.run(job))
+        assert score.verdict != "pass" and score.tests_passed <= zeros, (name, score)

@@ -165,8 +165,11 @@ def test_no_attack_passes_python_tests_with_the_audit_off(box, task_env, no_audi
 CODE = get_environment("code")
 # a task none of whose expected outputs is a value the attacks return (0, 1, 9, None, ...), so
 # any test it passed would be one the attack won
-CODE_TASK = next(t for t in CODE.make_tasks("train", 2, 20, 1)
-                 if all(want not in (0, 1, 9, None, [], "") for _, want in json.loads(t.verifier_json)["tests"]))
+CODE_TASK = next(
+    t
+    for t in CODE.make_tasks("train", 2, 20, 1)
+    if all(want not in (0, 1, 9, None, [], "") for _, want in json.loads(t.verifier_json)["tests"])
+)
 CODE_ENTRY = json.loads(CODE_TASK.verifier_json)["entry"]
 
 
@@ -187,6 +190,20 @@ def test_signals_from_the_solution_do_not_change_a_right_answer(box, task_env, n
     assert (score.verdict, score.tests_passed) == ("pass", 1), score
 
 
+def test_every_humaneval_canonical_solution_passes_with_the_audit_off(box, no_audit):
+    """All 164, HumanEval/160 (eval(), which the audit refuses) included: the two-process
+    harness, the proxy and the prompt's helpers in the tests' process change no honest verdict."""
+    from environments.domains.humaneval import HumanEval
+
+    he = HumanEval()
+    tasks = he.all_tasks("eval")
+    jobs = [he.job(t, he.reference(t)[0]["content"]) for t in tasks]
+    scores = [he.score(t, j, r) for t, j, r in zip(tasks, jobs, box.map(jobs))]
+    rows = [json.loads(t.setup_json)["row_id"] for t in tasks]
+    failed = {row: (s.verdict, s.error) for row, s in zip(rows, scores) if s.verdict != "pass"}
+    assert len(tasks) == 164 and failed == {}, failed
+
+
 PROBE = """
 import os, re
 def {entry}(*a):
@@ -198,10 +215,9 @@ def {entry}(*a):
             pass
     seen = {{"pipes": sum(f.startswith("pipe:") for f in fds), "stdin": os.read(0, 64).decode()}}
     parent = f"/proc/{{os.getppid()}}/"
-    for what, look in (("mem", lambda: open(parent + "mem", "rb").read(1)), ("fd", lambda: os.listdir(parent + "fd")),
-                       ("environ", lambda: open(parent + "environ", "rb").read(1))):
+    for what in ("mem", "fd", "environ"):
         try:
-            look()
+            os.listdir(parent + what) if what == "fd" else open(parent + what, "rb").read(1)
             seen[what] = "open"
         except OSError as e:
             seen[what] = type(e).__name__
@@ -252,7 +268,9 @@ def test_the_codec_round_trips_nan():
     assert type(got) is float and got != got
 
 
-@pytest.mark.parametrize("value", [type("I", (int,), {})(3), type("S", (str,), {})("x"), object(), len, [[type("L", (list,), {})()]]])
+@pytest.mark.parametrize(
+    "value", [type("I", (int,), {})(3), type("S", (str,), {})("x"), object(), len, [[type("L", (list,), {})()]]],
+)  # fmt: skip
 def test_the_codec_refuses_what_is_not_plain(value):
     with pytest.raises(TypeError, match="not plain data"):
         encode(value)
@@ -264,3 +282,34 @@ def test_the_codec_refuses_what_is_not_plain(value):
 def test_the_decoder_refuses_what_is_not_the_encoding(data):
     with pytest.raises((ValueError, TypeError)):
         decode(json.loads(data) if isinstance(data, str) else data)
+
+
+MBPP = {"task_id": 901, "text": "Square a number.", "code": "def sq(x):\n    return x * x",
+        "test_list": ["assert sq(3) == 9", "assert sq(2) == 4", "assert sq(4) == 16",
+                      "assert list(map(sq, [1, 2])) == [1, 4]"]}  # fmt: skip
+
+
+def _mbpp(tmp_path, row):
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    env = FileTasks(str(path))
+    (task,) = [t for s in ("train", "eval") for t in env.all_tasks(s)]
+    return env, task
+
+
+def test_a_hung_call_is_killed_and_the_next_case_gets_a_fresh_process(box, tmp_path):
+    env, task = _mbpp(tmp_path, MBPP)
+    assert len(json.loads(task.verifier_json)["tests"]["cases"]) == 3
+    body = "def sq(x):\n    if x == 3:\n        while True:\n            pass\n    return x * x"
+    score = _score(box, env, task, body)
+    assert (score.verdict, score.tests_passed, score.tests_total) == ("timeout", 3, 4), score
+    assert "took too long" in score.error, score
+
+
+def test_a_test_that_passes_a_function_fails_with_a_clear_error(box, tmp_path):
+    row = {**MBPP, "code": "def ap(f, x):\n    return f(x)",
+           "test_list": ["assert ap(lambda v: v + 1, 2) == 3"]}  # fmt: skip
+    env, task = _mbpp(tmp_path, row)
+    score = _score(box, env, task, "def ap(f, x):\n    return f(x)")
+    assert (score.verdict, score.tests_passed) == ("fail", 0), score
+    assert "cannot pass this argument to the solution's process" in score.error, score
