@@ -92,7 +92,11 @@ class FileTasks(SandboxEnvironment):
     def validate(self, sandbox) -> int:
         """Run the rows' tests against their reference and the stubs in `sandbox`
         (environments/task_checks.py) and quarantine the rows that fail; how many rows
-        were run (verdicts are cached per process). TaskFileError when none is left."""
+        were run (verdicts are cached per process). TaskFileError when none is left.
+        Only a user's `file:` domain: a published suite built on this class (`humaneval`)
+        is run as published, HumanEval/160 included, and `traces:` rows are left alone."""
+        if not self.name.startswith("file:"):
+            return 0
         rows = [r for rows in self.cells.values() for r in rows]
         bad, ran = check_rows(sandbox, self, rows)
         if bad:
