@@ -58,8 +58,11 @@ try:
     _signal.alarm(0)
     if not callable(fn):
         raise TypeError(spec["attr"] + " is not callable")
-    declared = getattr(fn, "reward_range", None)  # the host checks its shape
-    declared = None if declared is None else [float(x) for x in declared]
+    declared = getattr(fn, "reward_range", None)  # the host checks its values
+    try:
+        declared = None if declared is None else [float(x) for x in declared]
+    except Exception:
+        declared = {"not_a_range": repr(declared)[:100]}
 except BaseException as e:
     report(load_error=f"{type(e).__name__}: {e}"[:500])
 if spec.get("probe"):
@@ -168,6 +171,8 @@ def checked_range(value) -> tuple[float, float] | str:
 
 def _bounds(fn: RewardFunction, report: dict) -> tuple[float, float] | str:
     declared = report.get("range")
+    if isinstance(declared, dict):
+        return f"its range must be (low, high), not {str(declared.get('not_a_range'))[:100]}"
     return fn.range if declared is None else checked_range(declared)
 
 

@@ -29,6 +29,10 @@ MODULE = textwrap.dedent('''
         return [0.0] * len(completions)
     bad_range.reward_range = (1, float("inf"))
 
+    def no_range(prompts, completions, **_):
+        return [0.0] * len(completions)
+    no_range.reward_range = 12
+
     def moody(prompts, completions, **_):
         out = []
         for c in completions:
@@ -150,3 +154,5 @@ def test_values_outside_the_range_are_refused_on_that_trajectory_only(module_dir
     with pytest.raises(rf.RewardFunctionError, match=r"bad_range: reward_range: its range must be finite"):
         rf.probe(box, bad)
     assert rf.evaluate(box, bad, [item("x")])[0]["my_rewards:bad_range"][0] is None
+    with pytest.raises(rf.RewardFunctionError, match=r"no_range: reward_range: its range must be \(low, high\), not 12"):
+        rf.probe(box, rf.load([("my_rewards:no_range", 1.0)]))
