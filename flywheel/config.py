@@ -147,9 +147,11 @@ class StoreConfig(Section):
     endpoint: str | None = Field(None, description="S3 endpoint URL, e.g. http://127.0.0.1:8333.")
     region: str = "us-east-1"
     keep_policy_exports: int = Field(
-        2,
+        1,
         ge=1,
-        description="Exported policy versions (HF dirs) kept per run; older ones are deleted. "
+        description="Exported policy versions (HF dirs) kept per run besides the pinned ones (the best, "
+        "the SFT policy); older ones are deleted, and so is every DeepSpeed checkpoint but the current "
+        "one. 1 is what resume and the report need (an asynchronous run keeps max_policy_lag + 2). "
         "Raise it to evaluate every version afterwards (bench/vs_trl.py does).",
     )
 
@@ -286,6 +288,15 @@ class FlywheelConfig(Section):
         """Whether the trainer corrects every sample for the engine's numerics."""
         explicit = self.trainer.correct_engine_mismatch
         return explicit if explicit is not None else self.engine.dtype != "float32" or self.trainer_bf16
+
+    @property
+    def policy_exports_kept(self) -> int:
+        """HF exports the policy store keeps besides the pinned: `keep_policy_exports`, and in
+        an asynchronous run enough that the version being synced while later ones publish is
+        still there. A synchronous run syncs the version it just published, so the current
+        one is all it reads (before, it kept 2 whatever keep_policy_exports said)."""
+        lag = self.pipeline.max_policy_lag
+        return max(self.store.keep_policy_exports, lag + 2 if lag else 1)
 
     @property
     def trainer_bf16(self) -> bool:

@@ -73,10 +73,9 @@ class Runtime:
             raise
         write_quarantine(self.domains, self.run_dir, say)
         self.reward_functions = functions
-        # an asynchronous run syncs a version into the engine while later ones publish:
-        # keep enough HF dirs that the one being synced is still there
-        keep = max(config.store.keep_policy_exports, config.pipeline.max_policy_lag + 2)
-        self.policies = PolicyStore(self.lake, self.run_id, self.run_dir / "policy-cache", keep_hf=keep)
+        self.policies = PolicyStore(
+            self.lake, self.run_id, self.run_dir / "policy-cache", keep_hf=config.policy_exports_kept
+        )
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.base_model)
