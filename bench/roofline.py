@@ -96,8 +96,9 @@ def main() -> None:
     for objective, label in (("grpo", "RL (GRPO)"), ("sft", "SFT")):
         for name in args.dtypes:
             best = steps[name][objective]
-            print(f"| {label} | {name} | {best:.2f} | {flops / best / 1e9:.1f} | {flops / best / roofs[name]:.1%} "
-                  f"| {flops / best / base:.1%} |")  # fmt: skip
+            achieved = flops / best
+            print(f"| {label} | {name} | {best:.2f} | {achieved / 1e9:.1f} | {achieved / roofs[name]:.1%} "
+                  f"| {achieved / base:.1%} |")  # fmt: skip
     if {"float32", "bfloat16"} <= set(args.dtypes):
         ratio = {o: steps["float32"][o] / steps["bfloat16"][o] for o in ("grpo", "sft")}
         print(f"bf16 / float32: matmul roofline {roofs['bfloat16'] / roofs['float32']:.2f}x, "

@@ -30,9 +30,12 @@ class LineReporter(Reporter):
         self.file = file or sys.stdout
         self.every_s = every_s
         # no colour, no cursor codes: a pipe gets the text only
-        self.console = Console(file=self.file, width=150, force_terminal=False, no_color=True, highlight=False)
+        self.console = Console(
+            file=self.file, width=150, force_terminal=False, no_color=True, highlight=False
+        )
         self._stages: dict[str, dict] = {}
-        self._ended: dict[str, float] = {}  # when each bar's end line went out (stage_done does not repeat it)
+        # when each bar's end line went out (stage_done does not repeat it)
+        self._ended: dict[str, float] = {}
 
     def line(self, text: str) -> None:
         stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")

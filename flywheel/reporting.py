@@ -141,7 +141,8 @@ def publish_cycle(rt, summary) -> None:
             f"- tasks: {summary.tasks} ({summary.replayed_tasks} replayed)\n"
             f"- trajectories: {summary.trajectories}\n- mean reward: {summary.mean_reward:.3f}\n"
             f"- pass rate: {summary.pass_rate:.3f}\n- policy version: {summary.policy_version}\n"
-            f"- queued for replay: {summary.queued_for_replay}\n{said}\n| stage | seconds |\n|---|---|\n{stages}\n",
+            f"- queued for replay: {summary.queued_for_replay}\n{said}\n"
+            f"| stage | seconds |\n|---|---|\n{stages}\n",
             key=artifact_key(run, "summary"),
         )  # fmt: skip
         data_url = "data:image/png;base64," + base64.b64encode(png).decode()

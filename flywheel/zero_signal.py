@@ -75,7 +75,8 @@ def _fail_cause(rows: list[dict]) -> str:
         return (f"likely the answer format: {no_answer:.0%} of the failed samples had no answer the verifier "
                 "could read (check the prompt's instructions and the chat template)")  # fmt: skip
     if truncated >= EVIDENCE:
-        return f"likely the length: {truncated:.0%} of the failed samples were cut at generation.max_tokens (raise it)"
+        return (f"likely the length: {truncated:.0%} of the failed samples were cut at generation.max_tokens "
+                "(raise it)")  # fmt: skip
     return ("likely too hard for the model at these levels, or a verifier stricter than the task asks "
             "(read a few completions: flywheel query \"SELECT messages, verdict, error FROM trajectories ...\")")  # fmt: skip
 
@@ -98,8 +99,8 @@ def notes(rows: list[dict]) -> list[str]:
         elif kind == "all_one":
             what = f"every sample scored 1 in {when} ({samples} samples)"
         else:
-            what = (f"{flat} of {groups} groups had equal rewards in {when} ({zero} all failed, {one} all passed, "
-                    f"{flat - zero - one} tied between)")  # fmt: skip
+            what = (f"{flat} of {groups} groups had equal rewards in {when} ({zero} all failed, "
+                    f"{one} all passed, {flat - zero - one} tied between)")  # fmt: skip
         if kind in ("all_zero", "flat_fail"):
             why, advice = _fail_cause(hit), TRY_HARDER
         else:

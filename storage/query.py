@@ -83,8 +83,8 @@ WITH per_group AS (
 ), samples_of AS (
     SELECT run_id, cycle, domain, split, count(*) AS samples, min(reward) AS min_reward,
            max(reward) AS max_reward, avg((verdict = 'pass')::INT) AS pass_rate,
-           count(*) FILTER (WHERE verdict = 'no_code') / greatest(1, count(*) FILTER (WHERE verdict <> 'pass'))
-               AS no_answer,
+           count(*) FILTER (WHERE verdict = 'no_code')
+               / greatest(1, count(*) FILTER (WHERE verdict <> 'pass')) AS no_answer,
            count(*) FILTER (WHERE verdict <> 'pass' AND finish_reason = 'length')
                / greatest(1, count(*) FILTER (WHERE verdict <> 'pass')) AS truncated
     FROM trajectories GROUP BY run_id, cycle, domain, split

@@ -59,11 +59,12 @@ def test_a_real_cli_run_on_a_pipe_prints_stage_lines(tmp_path):
     path = write_jsonl(tmp_path / "log.jsonl", [blueprint(i) for i in range(3)])
     env = {**os.environ, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
     env.pop("PREFECT_API_URL", None)
-    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "ingest", path, "--store", str(tmp_path / "lake")],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, env=env)  # fmt: skip
+    command = [sys.executable, "-m", "flywheel.cli", "ingest", path, "--store", str(tmp_path / "lake")]
+    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     out = proc.stdout
     assert "ingest: started" in out and "ingest: 3/3 in" in out, out
     assert out.index("ingest: 3/3 in") < out.index("traces ingested into")  # before the summary table
     assert "\x1b[" not in out  # no colour or cursor codes
-    assert not [line for line in out.splitlines() if line.lstrip().startswith("ingest") and "━" in line]  # no bar
+    bars = [line for line in out.splitlines() if line.lstrip().startswith("ingest") and "━" in line]
+    assert not bars

@@ -65,7 +65,8 @@ def test_a_bf16_export_is_the_float32_master_and_loads(bf16_trainer, tmp_path):
     exported = torch.tensor(sequence_logprobs(model, seqs, lens)[0])
     own = torch.tensor(trainer.logprobs(seqs, lens)[0])
     gap = (exported - own).abs().mean().item()
-    assert 0 < gap < sync_tolerance(FlywheelConfig(trainer={"bf16": True}))  # bf16 ran, and only rounding apart
+    # bf16 ran, and only rounding apart
+    assert 0 < gap < sync_tolerance(FlywheelConfig(trainer={"bf16": True}))
 
 
 def test_bf16_reference_starts_the_kl_at_zero(tiny_model):

@@ -49,7 +49,7 @@ def test_each_kind_of_missing_signal_gets_its_line_and_cause(tmp_path):
     by_domain = {line.split(":")[0].removeprefix("no GRPO signal from "): line for line in said}
     assert len(said) == 3, said  # code (both cycles: one kind), the file, data; not extraction
     code_lines = [line for line in said if line.startswith("no GRPO signal from code:")]
-    assert code_lines == [code_lines[0]] and "every sample scored 0 in cycles 0-1 (24 samples)" in code_lines[0]
+    assert len(code_lines) == 1 and "every sample scored 0 in cycles 0-1 (24 samples)" in code_lines[0]
     file_line = next(line for line in said if "file:my.jsonl" in line)
     assert "every sample scored 1 in cycles 0-1 (16 samples)" in file_line and "too easy" in file_line
     assert "higher levels" in file_line
@@ -66,14 +66,16 @@ def test_the_cause_follows_the_failed_samples_evidence(tmp_path):
     cycle1 = " ".join(notes(signal_rows(con, 1)))
     assert "every sample scored 0 in cycle 0" in cycle0 and "answer format: 100% of the failed" in cycle0
     assert "every sample scored 0 in cycle 1" in cycle1 and "cut at generation.max_tokens" in cycle1
-    assert "too hard" in " ".join(n for n in notes(signal_rows(con, 0)) if n.startswith("no GRPO signal from data"))
+    data = [n for n in notes(signal_rows(con, 0)) if n.startswith("no GRPO signal from data")]
+    assert len(data) == 1 and "too hard" in data[0]
 
 
 def test_flywheel_report_says_it_after_its_table(tmp_path):
     from flywheel.cli import app
 
     _lake(tmp_path)
-    res = CliRunner().invoke(app, ["report", "--run-id", RUN, "--store", str(tmp_path / "lake"), "--by", "domain"])
+    args = ["report", "--run-id", RUN, "--store", str(tmp_path / "lake"), "--by", "domain"]
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "no GRPO signal from file:my.jsonl" in res.output.replace("\n", " ")
 
