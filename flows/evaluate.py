@@ -26,6 +26,7 @@ from prefect import flow, get_run_logger
 from environments.registry import expand, expand_all
 from flywheel import eval_report
 from flywheel.config import FlywheelConfig
+from flywheel.progress_lines import lines_unless_shown
 from flywheel.reporting import artifact_key
 from flywheel.results import EvalResult
 from flywheel.runtime import Runtime
@@ -155,7 +156,8 @@ def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int | N
                 raise ValueError(f"run {rt.run_id} has no best version yet: no evaluation recorded one")
             if wanted != rt.engine_version:
                 rt.load_policy_into_engine(wanted)
-        return run_evaluation(rt, tasks_per_level, k)
+        with lines_unless_shown():  # a worker's or notebook's run: stage lines on its stdout
+            return run_evaluation(rt, tasks_per_level, k)
     finally:
         rt.close()
 

@@ -25,7 +25,7 @@ from flywheel.config import FlywheelConfig
 from flywheel.console import check_stop
 from flywheel.pipeline import UpdatePipeline
 from flywheel.progress import reporter
-from flywheel.progress_lines import stage_done
+from flywheel.progress_lines import lines_unless_shown, stage_done
 from flywheel.reporting import by_domain_level, publish_cycle
 from flywheel.results import CycleSummary, FlywheelResult
 from flywheel.runtime import Runtime
@@ -187,7 +187,8 @@ def flywheel(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
     """Run (or resume) `config.cycles` cycles; an empty run_id starts a new run, an
     existing one resumes it."""
     config = config.with_run_id()
-    return _run(config, lambda rt: range(config.cycles))
+    with lines_unless_shown():  # a worker's or notebook's run: stage lines on its stdout
+        return _run(config, lambda rt: range(config.cycles))
 
 
 def _cold_start(config: FlywheelConfig) -> None:
@@ -216,7 +217,8 @@ def _is_new(config: FlywheelConfig) -> bool:
 def single_cycle(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
     """Run the next cycle of `config.run_id` (the first one of a new run), or finish the
     last one if it was interrupted (with any update an asynchronous run left undone)."""
-    return _run(config.with_run_id(), cycles_to_finish)
+    with lines_unless_shown():
+        return _run(config.with_run_id(), cycles_to_finish)
 
 
 def cycles_to_finish(rt: Runtime) -> range:

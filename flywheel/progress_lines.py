@@ -7,7 +7,8 @@ nothing until its end. `LineReporter` writes one time-stamped line when a stage 
 one every `every_s` seconds while it runs, and one when it ends with its count and
 seconds, each flushed at once. `stage_done` reports the cycle's stages that have no
 progress bar (sample, archive, update, replay: flows/flywheel.py). `display_reporter`
-picks the reporter for a stream.
+picks the reporter for a stream; `lines_unless_shown` gives a flow run outside the CLI
+(a Prefect worker, a notebook) lines on its stdout.
 
 What it does not do: colours, cursor movement or redrawing; it never reads the terminal
 size (tables render 150 wide).
@@ -15,16 +16,16 @@ size (tables render 150 wide).
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from datetime import datetime, timezone
 
-from flywheel.progress import Reporter, reporter
+from flywheel.progress import Reporter, reporter, set_reporter
 
 
 class LineReporter(Reporter):
     def __init__(self, file=None, every_s: float = 30.0) -> None:
-        import sys
-
         from rich.console import Console
 
         self.file = file or sys.stdout
@@ -77,8 +78,6 @@ class LineReporter(Reporter):
 
 def display_reporter(file=None) -> Reporter:
     """Live bars on a terminal, plain lines anywhere else."""
-    import sys
-
     from flywheel.progress import RichReporter
 
     stream = file or sys.stdout
@@ -90,3 +89,20 @@ def stage_done(name: str, seconds: float, where: str = "") -> None:
     current = reporter()
     if isinstance(current, LineReporter):
         current.stage_done(name, seconds, where)
+
+
+@contextlib.contextmanager
+def lines_unless_shown():
+    """Plain lines on stdout for a flow run outside the CLI (a Prefect worker's flow run, a
+    notebook, a script), whose default reporter only logs and shows no stage; a display
+    already set (the CLI's) is left alone."""
+    current = reporter()
+    if type(current) is not Reporter:
+        yield current
+        return
+    lines = LineReporter(sys.stdout)
+    set_reporter(lines)
+    try:
+        yield lines
+    finally:
+        set_reporter(current)

@@ -9,7 +9,7 @@ import sys
 import time
 
 from flywheel.progress import Reporter, set_reporter, stage
-from flywheel.progress_lines import LineReporter, display_reporter, stage_done
+from flywheel.progress_lines import LineReporter, display_reporter, lines_unless_shown, stage_done
 
 
 def _read_now(fd: int) -> str:
@@ -68,3 +68,19 @@ def test_a_real_cli_run_on_a_pipe_prints_stage_lines(tmp_path):
     assert "\x1b[" not in out  # no colour or cursor codes
     bars = [line for line in out.splitlines() if line.lstrip().startswith("ingest") and "━" in line]
     assert not bars
+
+
+def test_a_flow_outside_the_cli_gets_lines_and_the_cli_keeps_its_display():
+    from flywheel.progress import reporter
+
+    set_reporter(Reporter())  # what a Prefect worker's or a notebook's flow run starts with
+    with lines_unless_shown() as shown:
+        assert isinstance(reporter(), LineReporter) and shown is reporter()
+    assert type(reporter()) is Reporter  # restored
+    cli = LineReporter(sys.stderr)  # a display the CLI set
+    set_reporter(cli)
+    try:
+        with lines_unless_shown() as shown:
+            assert shown is cli and reporter() is cli
+    finally:
+        set_reporter(Reporter())
