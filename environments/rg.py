@@ -14,11 +14,12 @@ Names: `rg/<name>`; `rg/<category>/*` and `rg/*` select many (environments/regis
   answer, checked to score 1.0 before the task is handed out. Five generators give none
   (their scorers check a solution's validity): a witness of ours takes its place
   (environments/rg_witness.py), checked the same way.
-- Verification runs in the sandbox, every time: several scorers `eval()` or
-  `sympy.parse_expr` the answer, and one path for all is simpler than a list that goes
-  stale. The sandbox needs reasoning_gym among `sandbox.libraries` (scripts/setup.sh).
-  Those that evaluate (`EVALUATES`) also get the audit math answers get: the evaluated
-  text could otherwise rewrite the score it is given.
+- Verification runs in the sandbox, every time, and there the scorers that `eval()` or
+  `sympy.parse_expr` the answer (`EVALUATES`) get parsers that never execute text
+  (environments/safe_parse.py; environments/rg_worker.py binds them), so the answer
+  cannot rewrite the score it is given. The sandbox needs reasoning_gym among
+  `sandbox.libraries` (scripts/setup.sh). Answers to `EVALUATES` that look like code
+  (after NFKC folding) are also refused unrun, as math answers are: a second signal.
 - Partial credit: rg's scorers give a token score to a malformed answer (countdown 0.01,
   ARC 0.05); anything under `MIN_CREDIT` counts as 0, so a group of malformed answers has
   no reward variance to learn from. `ALL_OR_NOTHING` generators give credit any answer can
@@ -47,7 +48,7 @@ from environments.base import SandboxEnvironment, Score, check_split, reply, spl
 from environments.rg_worker import HARNESS
 from environments.sandbox import Job
 from environments.tagged import new_nonce
-from environments.verifiers import CODE_LIKE, tagged_report
+from environments.verifiers import code_like, tagged_report
 from storage.schema import TaskSpec, stable_id
 
 log = logging.getLogger(__name__)
@@ -59,9 +60,8 @@ MAX_ANSWER_CHARS = 4000
 REQUEST_TIMEOUT_S = 120
 INSTRUCTION = "\n\nThink it through briefly, then give only the final answer inside <answer></answer> tags."
 ANSWER = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
-# Scorers that eval() or sympy-parse the answer (reasoning-gym 0.1.25). In the sandbox
-# that cannot reach the host, but the evaluated text shares the scorer's process and so
-# could fake its own score: code-like answers to these are refused before they run.
+# Scorers that eval() or sympy-parse the answer (reasoning-gym 0.1.25; environments/safe_parse.py
+# lists their modules): code-like answers to these are refused before they reach the sandbox.
 EVALUATES = frozenset({"string_insertion", "spiral_matrix", "binary_matrix", "n_queens", "simple_integration",
                        "intermediate_integration", "polynomial_multiplication", "puzzle24", "countdown"})  # fmt: skip
 
@@ -197,7 +197,7 @@ def answer_job(spec: dict, completion: str) -> Job | Score:
     if not found:
         return Score(0.0, "no_code", tests_total=1, error="no <answer>...</answer> in the reply")
     answer = found[-1].strip()[:MAX_ANSWER_CHARS]
-    if spec["name"] in EVALUATES and CODE_LIKE.search(answer):
+    if spec["name"] in EVALUATES and code_like(answer):  # a second signal: the scorer's parsers never execute
         return Score(0.0, "suspected_hack", tests_total=1, error="audit: code-like text in an answer rg evaluates")
     spec = {**spec, "answer": answer, "nonce": new_nonce()}
     return Job(["python", "-I", "-c", HARNESS], stdin=json.dumps(spec))

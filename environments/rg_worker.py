@@ -20,9 +20,14 @@ rearc), the item is marked `regenerate` and the sandbox rebuilds it from (name, 
 index) instead; an item whose answer scores below 1.0 either way is dropped (counted).
 
 `SCORER` is the one definition of scoring: the sandbox harness runs it, and so does the
-check here. It evaluates the model's answer with the generator's own `score_answer`,
-which for some generators means `eval()` or `sympy.parse_expr` of model text: that is
-why it only ever sees model text inside the sandbox.
+check here. It scores the model's answer with the generator's own `score_answer`. Some of
+those `eval()` or `sympy.parse_expr` the answer; they run inside
+`environments/safe_parse.guarded()`, which puts a literal reader and a parser that never
+executes text in the place of both, so an answer cannot run code in the process that
+writes the report. Every item's own answer takes that path here before it is handed out,
+so the guarded parsers are checked against every generator's honest answers. One
+scorer is made stricter: puzzle24's gives 1.0 to any four numbers that make 24 (it
+checks their count and range only), so ours also asks for the item's own numbers.
 """
 
 from __future__ import annotations
@@ -35,13 +40,17 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
+from environments import safe_parse
 from environments.rg_witness import witness
 from environments.tagged import PRELUDE
 
 ITEM_TIMEOUT_S = 10
 
-# Run in the sandbox (python -I, reasoning_gym from sandbox.libraries) and by check() here.
+# Run in the sandbox (python -I, reasoning_gym from sandbox.libraries) and by check() here,
+# after environments/safe_parse.py's text (the sandbox cannot import our package).
+SAFE_PARSE = Path(safe_parse.__file__).read_text(encoding="utf-8")
 SCORER = r"""
 def rg_field(value, kind):
     # a config field from its JSON form: option dataclasses (arc_agi's) from dicts, enums
@@ -74,13 +83,22 @@ def rg_dataset(name, config, size):
     return dataset_cls(config=config)
 
 def rg_score(spec):
+    import re
     dataset = rg_dataset(spec["name"], spec["config"], spec["index"] + 1)
     entry = dataset[spec["index"]] if spec.get("regenerate") else spec["entry"]
-    return float(dataset.score_answer(spec["answer"], entry))
+    answer = spec["answer"]
+    with guarded():  # the scorers' eval() and parse_expr never run the answer (safe_parse.py)
+        credit = float(dataset.score_answer(answer, entry))
+    if spec["name"] == "puzzle24" and credit >= 1.0:  # its own check counts the numbers, not which
+        used = sorted(int(n) for n in re.findall(r"\b\d+\b", answer))
+        if used != sorted(int(n) for n in entry["metadata"]["numbers"]):
+            return 0.0
+    return credit
 """
 
 HARNESS = (
     PRELUDE
+    + SAFE_PARSE
     + SCORER
     + r"""
 try:
@@ -95,7 +113,7 @@ except BaseException as e:
 )
 
 _ns: dict = {}
-exec(SCORER, _ns)
+exec(SAFE_PARSE + SCORER, _ns)
 rg_dataset, rg_score = _ns["rg_dataset"], _ns["rg_score"]
 
 

@@ -4,17 +4,25 @@ On the host, for checks that never execute or evaluate model text (`check_*`):
   exact        the answer, normalised (case, spaces, quotes, a final period), equals one
                of the expected answers;
   numeric      the answer read as a number is within `tolerance` (absolute; default
-               1e-6 relative) of the expected number;
+               1e-6 relative) of the expected number. Numbers are floats: an answer
+               beyond float range (1e400, a 400-digit integer) or not finite (inf, nan)
+               scores 0 with the reason, an expected answer like that is an `error`
+               (task_rows should refuse such a row at load: `finite_number`), and an
+               exponent is bounded before anything is computed from it;
   json_fields  the last JSON object in the completion, field by field (strings
                normalised, numbers within tolerance); reward = share of fields right;
   regex        the answer matches the row's pattern in full. The pattern is the user's:
                a pattern that backtracks badly on some answer stalls the score stage
                (answers are cut to 10,000 characters first).
 In the sandbox, for what runs or parses model text (`*_job` + `score_*`):
-  math         math-verify's parse and verify (sympy under the hood, which may eval text);
-               a completion with code-like text (dunders, imports, eval/exec/open calls)
-               is refused unread as a suspected hack, so no text reaches sympy that could
-               run code and forge the result;
+  math         math-verify's parse and verify, inside environments/safe_parse.guarded():
+               its LaTeX path (latex2sympy2's ANTLR parser) builds sympy objects without
+               running text, and the plain-expression path's `parse_expr` (which in sympy
+               evals) is replaced by one that interprets a whitelist of mathematics and
+               never executes, so the completion cannot run code beside the report.
+               A completion with code-like text (dunders, imports, eval/exec/sympify
+               calls, read after NFKC folding as Python reads identifiers) is also
+               refused unread as a suspected hack: a second signal, not the wall;
   python_tests the row's tests (see environments/python_tests.py);
   python_io    the program runs once per case on its stdin; stdout is compared on the host.
 
@@ -28,8 +36,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from fractions import Fraction
+from pathlib import Path
 
+from environments import safe_parse
 from environments.audit import audit_python
 from environments.base import Score
 from environments.domains.code import extract_code
@@ -46,8 +57,18 @@ MAX_ANSWER_CHARS = 10_000
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 ANSWER_LINE = re.compile(r"^[\s*>#_`]*answer[\s*_`]*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 CODE_LIKE = re.compile(
-    r"__|\bimport\s+\w|\b(?:exec|eval|getattr|setattr|delattr|globals|locals|vars|open|compile|breakpoint|input)\s*\("
+    r"__|\bimport\s+\w|\b(?:exec|eval|getattr|setattr|delattr|globals|locals|vars|open|compile|breakpoint"
+    r"|input|sympify|lambdify|parse_expr|parse_latex)\s*\("
 )
+FLOAT_EXPONENT = re.compile(r"[eE]([+-]?\d+)")
+MAX_EXPONENT = 400  # beyond any float's; bounds the work before Fraction builds 10**exponent
+
+
+def code_like(text: str) -> bool:
+    """Whether `text` looks like code, read as Python reads identifiers (NFKC: fullwidth
+    and mathematical letters fold to ASCII). A second signal in front of parsers that do
+    not execute anyway (environments/safe_parse.py), never the wall."""
+    return bool(CODE_LIKE.search(unicodedata.normalize("NFKC", text)))
 
 
 def _last_boxed(text: str) -> str | None:
@@ -103,28 +124,63 @@ def check_exact(expected, completion: str) -> Score:
     return _graded(ok, f"expected {wanted[0]!r}, got {got[:200]!r}")
 
 
-def parse_number(text: str) -> float | None:
-    cleaned = re.sub(r"[\s,$%€£]|\\[,!;]", "", str(text)).rstrip(".")
+def _to_float(text: str) -> tuple[float | None, str]:
+    exponent = FLOAT_EXPONENT.search(text)
+    if exponent and (len(exponent.group(1)) > 6 or abs(int(exponent.group(1))) > MAX_EXPONENT):
+        return None, "beyond float range"
     try:
-        return float(Fraction(cleaned))
+        return float(Fraction(text)), ""
     except (ValueError, ZeroDivisionError):
-        pass
+        return None, "not a number"
+    except OverflowError:
+        return None, "beyond float range"
+
+
+def read_number(text: str) -> tuple[float | None, str]:
+    """(the number in `text`, "") or (None, why not): the whole text as a number, else its
+    one number ("x = 12", "12 apples"), else none. Never raises."""
+    cleaned = re.sub(r"[\s,$%€£]|\\[,!;]", "", str(text)).rstrip(".")
+    if cleaned.lower().lstrip("+-") in ("inf", "infinity", "nan", "∞"):
+        return None, "not a finite number"
+    value, why = _to_float(cleaned)
+    if value is not None or why == "beyond float range":
+        return value, why
     numbers = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", cleaned)
-    if len(numbers) == 1:  # "x = 12", "12 apples": one number and nothing else numeric
+    if len(numbers) == 1:
+        return _to_float(numbers[0])
+    return None, "not one number"
+
+
+def parse_number(text: str) -> float | None:
+    return read_number(text)[0]
+
+
+def finite_number(value) -> tuple[float | None, str]:
+    """An expected answer (a JSON number or text) as a finite float, or (None, why): what
+    a numeric row's answer must be."""
+    if isinstance(value, bool):
+        return None, "a boolean is not a number"
+    if isinstance(value, (int, float)):
         try:
-            return float(Fraction(numbers[0]))
-        except (ValueError, ZeroDivisionError):
-            return None
-    return None
+            number = float(value)
+        except OverflowError:
+            return None, "beyond float range"
+        return (number, "") if math.isfinite(number) else (None, "not a finite number")
+    return read_number(str(value))
 
 
 def check_numeric(expected, completion: str, tolerance: float | None = None) -> Score:
+    want, why = finite_number(expected)
+    if want is None:
+        return Score(0.0, "error", tests_total=1, error=f"the expected answer {str(expected)[:100]!r}: {why}")
+    if tolerance is not None and not (is_finite_number(tolerance) and tolerance >= 0):
+        return Score(0.0, "error", tests_total=1, error=f"tolerance {tolerance!r}: not a finite number >= 0")
     got = _answer_or_score(completion)
     if isinstance(got, Score):
         return got
-    value, want = parse_number(got), float(expected)
+    value, why = read_number(got)
     if value is None:
-        return Score(0.0, "fail", tests_total=1, error=f"not one number: {got[:200]!r}")
+        return Score(0.0, "fail", tests_total=1, error=f"{why}: {got[:200]!r}")
     tol = tolerance if tolerance is not None else max(1e-9, 1e-6 * abs(want))
     return _graded(abs(value - want) <= tol, f"expected {expected}, got {value}")
 
@@ -175,26 +231,29 @@ def tagged_report(job: Job, result: ExecResult, what: str) -> dict | Score:
 
 
 # ---- math: math-verify in the sandbox -----------------------------------------------------
-MATH_HARNESS = PRELUDE + r"""
+# the sandbox cannot import our package: safe_parse.py goes in as text
+MATH_HARNESS = PRELUDE + Path(safe_parse.__file__).read_text(encoding="utf-8") + r"""
 try:
     from math_verify import parse, verify
 except ImportError as e:
     report(ok=False, infra=True, error=f"math-verify is not importable in the sandbox (sandbox.libraries): {e}")
 try:
-    gold = parse(spec["gold"]) or parse("$" + spec["gold"] + "$")
-    if not gold:
-        report(ok=False, error="the expected answer does not parse")
-    pred = parse(spec["completion"])
-    if not pred:
-        report(ok=False, parsed=False, error="no answer math-verify could read")
-    report(ok=bool(verify(gold, pred)), parsed=True, error="")
+    with guarded():  # nothing below executes the completion's text (safe_parse.py)
+        gold = parse(spec["gold"]) or parse("$" + spec["gold"] + "$")
+        if not gold:
+            report(ok=False, error="the expected answer does not parse")
+        pred = parse(spec["completion"])
+        if not pred:
+            report(ok=False, parsed=False, error="no answer math-verify could read")
+        ok = bool(verify(gold, pred))
+    report(ok=ok, parsed=True, error="")
 except BaseException as e:
     report(ok=False, error=f"math-verify failed: {type(e).__name__}: {e}"[:300])
 """
 
 
 def math_job(gold: str, completion: str) -> Job | Score:
-    if CODE_LIKE.search(completion):
+    if code_like(completion):
         return Score(0.0, "suspected_hack", tests_total=1, error="audit: code-like text in a math answer")
     spec = {"nonce": new_nonce(), "gold": str(gold), "completion": completion[-MAX_ANSWER_CHARS:]}
     return Job(["python", "-I", "-c", MATH_HARNESS], stdin=json.dumps(spec))
