@@ -34,6 +34,8 @@ def test_a_bf16_step_learns_and_keeps_float32_master_weights(bf16_trainer):
     assert torch.isfinite(torch.tensor(metrics["loss"]))
     after = trainer.logprobs([PROMPT + GOOD, PROMPT + BAD], [len(PROMPT)] * 2)
     assert sum(after[0]) > sum(before[0]) + 0.1 and sum(after[1]) < sum(before[1]) - 0.1
+    sft = trainer.step([TrainSample(PROMPT, GOOD, [0.0] * 3, 0.0)], objective="sft")  # the SFT objective
+    assert torch.isfinite(torch.tensor(sft["loss"])) and sft["loss"] > 0
     # the module's ZeRO-3 partitions are the master weights; the optimizer's copies and AdamW's state
     params = list(trainer.engine.module.parameters())
     assert {p.ds_tensor.dtype for p in params} == {torch.float32}
