@@ -13,12 +13,13 @@ environments/python_tests.py) are two processes inside the sandbox job:
   and starts the *child* with posix_spawn of a fresh `python -I -S` (exec: no copy of the
   parent's memory, so no nonce; only fds 0, 1 and 2, which are pipes and /dev/null; a new
   session, so the whole group is killed at a limit);
-- the child (`CHILD`) loads solution.py and answers call requests, one JSON line each:
-  arguments and return value in the tagged encoding of `CODEC` (exact types only: None,
-  bool, int, float incl. inf/nan, str, bytes, complex, list, tuple, set, frozenset, dict
-  with any plain keys; lazy builtins such as map or a generator are made lists), or the
-  exception's type name and text;
-- the parent decodes each reply with json and `decode` into plain values (bounded size
+- the child (`CHILD`) loads solution.py and answers call requests. Requests go in as
+  marshal (written by the trusted parent; exact types, and no import in the child), replies
+  come out as one JSON line each, the return value in the tagged encoding of `ENCODE`
+  (exact types only: None, bool, int, float incl. inf/nan, str, bytes, complex, list,
+  tuple, set, frozenset, dict with any plain keys; lazy builtins such as map or a generator
+  are made lists), or the exception's type name and text;
+- the parent decodes each reply with json and `DECODE` into plain values (bounded size
   and depth), under a per-call deadline it keeps itself. A child that dies, hangs, writes
   what is not a reply or floods is killed and that call fails (`CandidateFailed`, a
   BaseException, so test code's `except Exception` cannot turn it into a pass); a new
@@ -30,10 +31,17 @@ is untrusted and nothing it says is executed or trusted beyond that. Test code t
 not a plain case (HumanEval's `check`, MBPP's computed asserts) runs in the parent with
 the candidate bound to `Candidate.proxy`, so it computes on plain values only.
 
+Why exec and not a plain fork: a fork of the parent would copy, with the nonce, the
+whole spec the sandbox worker received (the rest's test code holds expected values), and
+the worker's own memory holds it too. The price is a fresh interpreter per job: ~4-10x
+the cost of a verification in the fork-server's fast path (bench/verdict_cost.py).
+
 Not done: a candidate that mutates its arguments is not seen doing so by the tests (they
-get the return value only), and objects other than the plain ones above (numpy scalars,
-instances of the solution's classes) cannot be returned: that call fails with a clear
-error. The audit (environments/audit.py) still runs on the host as a second signal.
+get the return value only); objects other than the plain ones above (numpy scalars,
+instances of the solution's classes) cannot be returned, nor functions passed: that call
+fails with a clear error. A clean pre-started interpreter in the sandbox worker (a
+zygote that never saw a spec) would win back most of the start-up cost. The audit
+(environments/audit.py) still runs on the host as a second signal.
 """
 
 from __future__ import annotations
