@@ -34,14 +34,51 @@ are not found. The user's own patterns run as given: their time is theirs.
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import unicodedata
 from collections import Counter
 
-from flywheel.scrub_detectors import decoded_view, find_spans, is_card, secret_key_name
+from flywheel.scrub_detectors import find_secrets, secret_key_name
+from flywheel.scrub_personal import find_personal, is_card
 
 DEFAULTS_VERSION = "detectors-v2"  # in the ingest's batch id: a new scrubber re-ingests a file
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
+CACHED_CHARS, CACHE_SIZE = 2048, 20_000  # strings up to this long are remembered, this many at most
+GENERIC = {"secret": 1, "high_entropy": 2}  # where spans tie, the specific kind names the redaction
+
+
+def find_spans(text: str) -> list[tuple[int, int, str]]:
+    """The default detectors' spans (they may overlap)."""
+    low = text.lower()
+    return find_secrets(text, low) + find_personal(text)
+
+
+FORMAT_CHARS = re.compile(r"[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|([\"'\\/bfnrt]))")
+PERCENT = re.compile(r"%([0-9a-fA-F]{2})")
+SIMPLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def decoded_view(text: str) -> str:
+    """What a text says once decoded: NFKC (full-width digits, ligatures), invisible format
+    characters dropped, JSON/C escapes (\\u0040, \\"), percent-escapes (%40), HTML entities."""
+    view = text
+    if not text.isascii():
+        view = FORMAT_CHARS.sub("", unicodedata.normalize("NFKC", text))
+    if "\\" in view:
+        view = ESCAPE.sub(_unescape, view)
+    if "%" in view:
+        view = PERCENT.sub(lambda m: chr(int(m.group(1), 16)), view)
+    if "&" in view:
+        view = html.unescape(view)
+    return view
+
+
+def _unescape(m: re.Match) -> str:
+    code = m.group(1) or m.group(2)
+    return chr(int(code, 16)) if code else SIMPLE_ESCAPES.get(m.group(3), m.group(3))
 
 
 class ScrubError(ValueError):
@@ -54,24 +91,27 @@ class Scrubber:
 
     def __init__(self, extra: dict[str, str] | None = None, defaults: bool = True):
         self.defaults = defaults
+        self._cache: dict[str, tuple[str, tuple]] = {}
         self.extra: dict[str, re.Pattern] = {}
         for name, pattern in (extra or {}).items():
             try:
                 self.extra[name] = re.compile(pattern)
             except re.error as exc:
-                raise ScrubError(f"ingest.scrub_patterns: {name!r} is not a valid regular expression: {exc}") from exc
+                raise ScrubError(
+                    f"ingest.scrub_patterns: {name!r} is not a valid regular expression: {exc}"
+                ) from exc
         # what the ingest hashes into a batch id: the user's patterns and the defaults' version
         self.patterns = {**({"defaults": DEFAULTS_VERSION} if defaults else {}),
                          **{name: p.pattern for name, p in self.extra.items()}}  # fmt: skip
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Non-overlapping (start, end, kind) spans to redact, in order; where two overlap they
-        become one, named after the one that starts first (the longer at a tie)."""
+        become one, named after the one that starts first (the longer, then the more specific, at a tie)."""
         found = find_spans(text) if self.defaults else []
         for name, pattern in self.extra.items():
             found += [(m.start(), m.end(), name) for m in pattern.finditer(text) if m.end() > m.start()]
         merged: list[list] = []
-        for start, end, kind in sorted(found, key=lambda s: (s[0], -s[1])):
+        for start, end, kind in sorted(found, key=lambda s: (s[0], -s[1], GENERIC.get(s[2], 0))):
             if merged and start < merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], end)
             else:
@@ -94,6 +134,18 @@ class Scrubber:
         """`text` with every secret replaced; `counts[kind]` grows by the redactions."""
         if len(text) < 4:
             return text
+        if len(text) > CACHED_CHARS:
+            return self._scrub_text(text, counts)
+        # keys, roles, system prompts and tool names repeat in every record: scrub them once
+        if (hit := self._cache.get(text)) is None:
+            found = Counter()
+            hit = self._cache[text] = (self._scrub_text(text, found), tuple(found.items()))
+            if len(self._cache) > CACHE_SIZE:
+                self._cache.clear()
+        counts.update(dict(hit[1]))
+        return hit[0]
+
+    def _scrub_text(self, text: str, counts: Counter) -> str:
         view = decoded_view(text)
         if view != text:
             found = Counter()
@@ -118,11 +170,11 @@ class Scrubber:
             out = {}
             for k, v in value.items():
                 key = self.scrub(str(k), counts)
-                if self.defaults and secret_key_name(str(k)) and isinstance(v, (str, int, float)) and v != "":
-                    if not isinstance(v, bool):
-                        counts["secret"] += 1
-                        out[key] = "[REDACTED:secret]"
-                        continue
+                secret = isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""
+                if secret and self.defaults and secret_key_name(str(k)):
+                    counts["secret"] += 1
+                    out[key] = "[REDACTED:secret]"
+                    continue
                 out[key] = self.scrub_value(v, counts)
             return out
         if isinstance(value, list):
@@ -163,6 +215,8 @@ class Scrubber:
 
 def _text_parts(value: list) -> bool:
     """A message's content as parts: dicts with a type, at least one of them a text part."""
-    return bool(value) and all(isinstance(p, dict) and "type" in p for p in value) and any(
-        p.get("type") in TEXT_PART_TYPES and isinstance(p.get("text"), str) for p in value
+    return (
+        bool(value)
+        and all(isinstance(p, dict) and "type" in p for p in value)
+        and any(p.get("type") in TEXT_PART_TYPES and isinstance(p.get("text"), str) for p in value)
     )

@@ -1,0 +1,150 @@
+"""Personal data in a text: emails, phone numbers, card numbers and IBANs, as (start, end, kind).
+
+Each candidate is validated by the field's library rather than by its look: `phonenumbers` for
+phone numbers (any region when written with + or 00; national formats against GUESS_REGIONS),
+`python-stdnum` for IBANs (mod-97) and card numbers (Luhn, 13-19 digits, a card network's first
+digit). Kept: dates, times, amounts, versions, IP addresses, git SHAs, and bare digit runs (order
+ids, timestamps) unless a word such as "phone" or "call" comes just before them.
+
+Fast and linear: the number detectors run only inside windows around runs of digits that one
+bounded pattern finds (a text without digits costs one count), emails only around an '@'.
+
+Not done: names and street addresses (an NER model's job), numbers written in words, national
+numbers of regions outside GUESS_REGIONS written without + or 00.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import phonenumbers
+from stdnum import iban, luhn
+
+# national formats (no + or 00) are tried in these regions, most-used first; all 245 would
+# accept nearly any digit string (a date is a valid number in DE, SE, TH and IL)
+GUESS_REGIONS = ("US", "GB", "DE", "FR", "IN", "BR", "JP", "ES", "IT", "MX", "CA", "AU", "NL", "CN", "RU",
+                 "KR", "PL", "TR", "SE", "CH", "AT", "BE", "PT", "IE", "ZA", "AR", "CO", "NG", "PH", "ID")  # fmt: skip
+MARGIN = 40  # characters around a run of digits that the number patterns may still need
+
+EMAIL = re.compile(r"[\w.%+-][\w.%+'-]{0,63}@[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}\.[^\W\d_]{2,24}(?![\w-])")
+DIGIT_RUN = re.compile(r"[0-9](?:[ ().\-/]{0,3}[0-9]){6,40}")  # where a number may be: 7 digits or more
+CARD = re.compile(r"\d(?<![\d.,]\d)(?:[ -]?\d){12,18}(?!\d)")  # lookbehind after \d: a fast first char
+IBAN = re.compile(r"[A-Za-z](?<![A-Za-z0-9][A-Za-z])[A-Za-z]\d{2}(?:[ -]?[A-Za-z0-9]){10,30}(?![A-Za-z0-9])")
+PHONE = re.compile(r"[+(\d](?<![\w+.,/-][+(\d])\(?\d?(?:[ ().\-/]{0,3}\d){6,16}(?!\w)")  # 7+ digits
+DATE_SHAPE = re.compile(r"\(?(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?!\d)")
+IP_SHAPE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+PHONE_WORDS = re.compile(r"(?i)(?:tel|phone|call|mobile|cell|fax|whatsapp|sms|handy|telefon|telefono|"
+                         r"téléphone|portable|número|numero|nummer|номер|電話|电话)\W{0,12}$")  # fmt: skip
+PATTERNS = (EMAIL, DIGIT_RUN, CARD, IBAN, PHONE, DATE_SHAPE, IP_SHAPE, PHONE_WORDS)  # run over whole texts
+
+
+def find_personal(text: str) -> list[tuple[int, int, str]]:
+    spans = _emails(text) if "@" in text else []
+    if not text.isascii() or sum(map(text.count, "0123456789")) >= 7:  # other scripts' digits: no shortcut
+        runs = [
+            (m.start() - MARGIN, m.end() + MARGIN, m.end() - m.start() >= 12)
+            for m in DIGIT_RUN.finditer(text)
+        ]
+        for lo, hi, long in _windows(runs):  # cards have 13+ digits, IBANs 11+ after the check digits
+            spans += (_cards(text, lo, hi) + _ibans(text, lo, hi) if long else []) + _phones(text, lo, hi)
+    return spans
+
+
+def _windows(ranges) -> list[list[int]]:
+    """Overlapping ranges merged (they come sorted by start)."""
+    out: list[list] = []
+    for lo, hi, *flag in ranges:
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+            out[-1][2:] = [a or b for a, b in zip(out[-1][2:], flag)]
+        else:
+            out.append([max(0, lo), hi, *flag])
+    return out
+
+
+def _emails(text: str) -> list[tuple[int, int, str]]:
+    spans, at = [], text.find("@")
+    ranges = []
+    while at >= 0:
+        ranges.append((at - 64, at + 700))
+        at = text.find("@", at + 1)
+    for lo, hi in _windows(ranges):
+        spans += [(m.start(), m.end(), "email") for m in EMAIL.finditer(text, lo, hi)]
+    return spans
+
+
+SEPARATORS = str.maketrans("", "", " ().-/+")
+
+
+def digits_of(s: str) -> str:
+    """The digits of a candidate, as ASCII digits (other scripts' digits too)."""
+    d = s.translate(SEPARATORS)
+    return d if d.isascii() and d.isdigit() else "".join(str(int(c)) for c in s if c.isdigit())
+
+
+def is_card(digits: str) -> bool:
+    """13-19 digits, a card network's first digit (2-6) and the Luhn check (stdnum)."""
+    return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn.is_valid(digits)
+
+
+def _cards(text: str, lo: int, hi: int) -> list:
+    return [
+        (m.start(), m.end(), "card") for m in CARD.finditer(text, lo, hi) if is_card(digits_of(m.group()))
+    ]
+
+
+def _ibans(text: str, lo: int, hi: int) -> list:
+    spans = []
+    for m in IBAN.finditer(text, max(0, lo - MARGIN), hi):
+        cand = m.group()
+        for _ in range(8):  # a word after the IBAN may have joined it: drop trailing groups
+            if iban.is_valid(cand):
+                spans.append((m.start(), m.start() + len(cand), "iban"))
+                break
+            cut = max(cand.rfind(" "), cand.rfind("-"))
+            if cut < 0:
+                break
+            cand = cand[:cut]
+    return spans
+
+
+def _phones(text: str, lo: int, hi: int) -> list:
+    spans = []
+    for m in PHONE.finditer(text, lo, hi):
+        start, cand = m.start(), m.group()
+        for attempt in range(6):  # a number next to other figures: drop groups at the end, then the start
+            if is_phone(cand, text[max(0, start - 24) : start]):
+                spans.append((start, start + len(cand), "phone"))
+                break
+            cut = cand.rfind(" ") if attempt < 3 else cand.find(" ")
+            if cut < 0:
+                break
+            if attempt < 3:
+                cand = cand[:cut].rstrip()
+            else:
+                start, cand = start + cut + 1, cand[cut + 1 :]
+    return spans
+
+
+def is_phone(cand: str, before: str = "") -> bool:
+    """A candidate that phonenumbers validates; dates and IPs are never numbers; a bare run of
+    digits (an order id, a timestamp) only right after a word such as "phone" or "call"."""
+    digits = digits_of(cand)
+    if not 7 <= len(digits) <= 15 or DATE_SHAPE.match(cand) or IP_SHAPE.fullmatch(cand):
+        return False
+    international = cand.startswith(("+", "00"))
+    if not international and cand.isdigit() and not PHONE_WORDS.search(before):
+        return False
+    return _valid_number(("+" + digits[2:]) if cand.startswith("00") else cand, international)
+
+
+@lru_cache(maxsize=65_536)
+def _valid_number(cand: str, international: bool) -> bool:
+    for region in (None,) if international else GUESS_REGIONS:
+        try:
+            if phonenumbers.is_valid_number(phonenumbers.parse(cand, region)):
+                return True
+        except phonenumbers.NumberParseException:
+            continue
+    return False
