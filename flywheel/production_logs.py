@@ -17,7 +17,9 @@ or thumbs "up"/"down"), and a corrected answer (`corrected_answer`, `correction`
 `parse_record` returns a trace (a dict in storage/traces.py's schema, scrubbed and with its
 content hash as `trace_id`) or raises `RecordError` with the reason; the ingest flow
 quarantines that record and goes on. The record is scrubbed before anything else is
-read from it, so even a quarantine preview holds no secret.
+read from it, so even a quarantine preview holds no secret; the scrubber decodes tool-call
+`arguments` and reads content parts on their join (what `_text` stores), so a secret escaped
+inside the JSON or split across parts is found (flywheel/scrub.py).
 """
 
 from __future__ import annotations
