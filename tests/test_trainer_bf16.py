@@ -97,3 +97,28 @@ def test_sync_tolerance_and_mismatch_correction_follow_both_dtypes():
         assert sync_tolerance(other) == 0.1 and other.engine_mismatch
     explicit = FlywheelConfig(trainer={"bf16": True, "correct_engine_mismatch": False})
     assert not explicit.engine_mismatch
+
+
+@pytest.mark.integration
+def test_two_bf16_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
+    """bf16 across ZeRO-3 ranks (torchrun, gloo): weights gathered and gradients reduced in
+    float32 (no lower-precision modules), so two ranks export float32 weights and the same
+    update as one, to bf16 rounding of the step."""
+    from safetensors.torch import load_file
+
+    from tests.test_update_job import commit_cycle, run_job
+
+    lake = commit_cycle(tiny_model, tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text("trainer:\n  learning_rate: 0.001\n  bf16: true\n")
+    run_job(1, lake, tiny_model, str(tmp_path / "one"), str(config))
+    out2 = run_job(2, lake, tiny_model, str(tmp_path / "two"), str(config))
+    assert '"world_size": 2' in out2
+    one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    base = load_file(f"{tiny_model}/model.safetensors")
+    assert {t.dtype for t in two.values()} == {torch.float32}
+    key = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(one[key], base[key])
+    for name in one:  # Adam normalises each step to ~lr: compare against the step size
+        step = (one[name] - base[name]).abs().max()
+        assert (one[name] - two[name]).abs().max() <= 0.1 * step + 1e-7, name
