@@ -313,3 +313,17 @@ def test_a_test_that_passes_a_function_fails_with_a_clear_error(box, tmp_path):
     score = _score(box, env, task, "def ap(f, x):\n    return f(x)")
     assert (score.verdict, score.tests_passed) == ("fail", 0), score
     assert "cannot pass this argument to the solution's process" in score.error, score
+
+
+def test_exceptions_cross_by_name_so_tests_that_expect_one_pass(box, tmp_path):
+    """A builtin exception the function raises is raised again, by name, in the tests'
+    process (a test that expects ValueError passes); any other name is a CandidateError."""
+    row = {**MBPP, "code": "def chk(x):\n    if x < 0:\n        raise ValueError(x)\n    return x",
+           "test_list": ["try:\n    chk(-1)\n    ok = False\nexcept ValueError:\n    ok = True\nassert ok",
+                         "assert chk(2) == 2"]}  # fmt: skip
+    env, task = _mbpp(tmp_path, row)
+    assert _score(box, env, task, row["code"]).verdict == "pass"
+    for raises in ("UnicodeDecodeError('utf-8', b'', 0, 1, 'x')", "type('Mine', (Exception,), {})()"):
+        body = f"def chk(x):\n    if x < 0:\n        raise {raises}\n    return x"
+        score = _score(box, env, task, body)
+        assert (score.verdict, score.tests_passed, score.tests_total) == ("fail", 1, 2), score
