@@ -327,3 +327,18 @@ def test_exceptions_cross_by_name_so_tests_that_expect_one_pass(box, tmp_path):
         body = f"def chk(x):\n    if x < 0:\n        raise {raises}\n    return x"
         score = _score(box, env, task, body)
         assert (score.verdict, score.tests_passed, score.tests_total) == ("fail", 1, 2), score
+
+
+def test_the_prompts_helpers_come_from_the_prompt_not_the_completion(box, tmp_path, no_audit):
+    """A completion that redefines the helper the tests compute expected values with (as
+    HumanEval/32's `poly` or /38's `encode_cyclic`) changes nothing: the tests' process
+    takes its helpers from the prompt."""
+    row = {**ROW, "test": "def check(candidate):\n    for n in range(5):\n        assert candidate(n) == helper_sq(n)\n"}
+    path = tmp_path / "helper.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    env = FileTasks(str(path))
+    (task,) = [t for s in ("train", "eval") for t in env.all_tasks(s)]
+    cheat = "def helper_sq(x):\n    return 0\n\n\ndef square(x):\n    return 0"
+    score = _score(box, env, task, cheat)
+    assert (score.verdict, score.tests_passed) == ("fail", 0), score
+    assert _score(box, env, task, "def square(x):\n    return x * x").verdict == "pass"
