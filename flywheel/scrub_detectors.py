@@ -113,23 +113,25 @@ class Gated:
 
 def candidates(gated: list[Gated], text: str, low: str) -> list[Gated]:
     """The patterns that may match `text`: one `in` per distinct literal, not per pattern."""
-    index = _INDEX.get(id(gated)) or _INDEX.setdefault(id(gated), _build_index(gated))
-    out: dict[int, Gated] = {}
-    for (literal, icase), group in index.items():
-        if literal in (low if icase else text):
-            out.update((id(g), g) for g in group if g.min_len <= len(text))
-    return list(out.values())
+    exact, lower = _INDEX.get(id(gated)) or _INDEX.setdefault(id(gated), _build_index(gated))
+    found = [g for lit, group in exact if lit in text for g in group]
+    found += [g for lit, group in lower if lit in low for g in group]
+    n = len(text)
+    return [g for g in dict.fromkeys(found) if g.min_len <= n]
 
 
-_INDEX: dict[int, dict] = {}
+_INDEX: dict[int, tuple[list, list]] = {}
 
 
-def _build_index(gated: list[Gated]) -> dict:
+def _build_index(gated: list[Gated]) -> tuple[list, list]:
+    """(literal, patterns) pairs, case-sensitive ones and lower-cased ones apart."""
     index: dict[tuple[str, bool], list[Gated]] = {}
     for g in gated:
         for literal in g.literals:
             index.setdefault((literal, g.icase), []).append(g)
-    return index
+    return [(lit, gs) for (lit, ic), gs in index.items() if not ic], [
+        (lit, gs) for (lit, ic), gs in index.items() if ic
+    ]
 
 
 def _slug(secret_type: str) -> str:
@@ -169,8 +171,9 @@ ANCHORS = [Gated(anchor, "") for anchor in WINDOWED]
 FULL += [Gated(re.compile(p), "api_key") for p in (
     r"github_pat_[A-Za-z0-9_]{22,255}", r"(?:sk|pk|rk)-(?<![\w-]...)(?:[a-z]{2,8}-)?[A-Za-z0-9_-]{20,255}",
     r"hf_(?<![\w-]hf_)[A-Za-z0-9]{20,255}", r"AIza[0-9A-Za-z_-]{35}", r"(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,255}")]  # fmt: skip
-BEARER = re.compile(r"\bbearer\s{1,8}([A-Za-z0-9._~+/=-]{16,4096})")  # on the lower-cased text
-BASIC = re.compile(r"\bbasic\s{1,8}([A-Za-z0-9+/]{4,4096}={0,2})")
+# on the lower-cased text; the word boundary is looked for behind the literal, so the scan is fast
+BEARER = re.compile(r"bearer(?<![a-z0-9_]bearer)\s{1,8}([a-z0-9._~+/=-]{16,4096})")
+BASIC = re.compile(r"basic(?<![a-z0-9_]basic)\s{1,8}([a-z0-9+/]{4,4096}={0,2})")
 BEARER_I, BASIC_I = re.compile(BEARER.pattern, re.IGNORECASE), re.compile(BASIC.pattern, re.IGNORECASE)
 TOKEN_TAIL = re.compile(r"[A-Za-z0-9_+/=-]{0,4096}")  # a match's own token runs on: redact all of it
 PRIVATE_KEY = re.compile("|".join(p.pattern for p in PrivateKeyDetector.denylist))

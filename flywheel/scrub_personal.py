@@ -2,8 +2,8 @@
 
 Each candidate is validated by the field's library rather than by its look: `phonenumbers` for
 phone numbers (any region when written with + or 00; national formats against GUESS_REGIONS),
-`python-stdnum` for IBANs (mod-97) and card numbers (Luhn, 13-19 digits, a card network's first
-digit). Kept: dates, times, amounts, versions, IP addresses, git SHAs, and bare digit runs (order
+`python-stdnum` for IBANs (mod-97) and card numbers (Luhn, 14-19 digits, a card network's
+prefix). Kept: dates, times, amounts, versions, IP addresses, git SHAs, and bare digit runs (order
 ids, timestamps) unless a word such as "phone" or "call" comes just before them.
 
 Fast and linear: the number detectors run only inside windows around runs of digits that one
@@ -29,9 +29,13 @@ MARGIN = 40  # characters around a run of digits that the number patterns may st
 
 EMAIL = re.compile(r"[\w.%+-][\w.%+'-]{0,63}@[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}\.[^\W\d_]{2,24}(?![\w-])")
 DIGIT_RUN = re.compile(r"[0-9](?:[ ().\-/]{0,3}[0-9]){6,40}")  # where a number may be: 7 digits or more
-CARD = re.compile(r"\d(?<![\d.,]\d)(?:[ -]?\d){12,18}(?!\d)")  # lookbehind after \d: a fast first char
+CARD = re.compile(r"\d(?<![\d.,]\d)(?:[ -]?\d){13,18}(?!\d)")  # lookbehind after \d: a fast first char
 IBAN = re.compile(r"[A-Za-z](?<![A-Za-z0-9][A-Za-z])[A-Za-z]\d{2}(?:[ -]?[A-Za-z0-9]){10,30}(?![A-Za-z0-9])")
-PHONE = re.compile(r"[+(\d](?<![\w+.,/-][+(\d])\(?\d?(?:[ ().\-/]{0,3}\d){6,16}(?!\w)")  # 7+ digits
+# 7+ digits written as a phone number: after + or (, or a first group of at most 6 digits; a bare
+# run of digits is a number only after a phone word (find_personal)
+PHONE = re.compile(
+    r"(?:\+|\(|[0-9](?=[0-9]{0,5}[ ().\-/]))(?<![\w+.,/-].)\(?[0-9]?(?:[ ().\-/]{1,3}[0-9]|[0-9]){6,16}(?!\w)"
+)
 DATE_SHAPE = re.compile(r"\(?(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?!\d)")
 IP_SHAPE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 PHONE_WORDS = re.compile(r"(?i)(?:tel|phone|call|mobile|cell|fax|whatsapp|sms|handy|telefon|telefono|"
@@ -42,20 +46,24 @@ PATTERNS = (EMAIL, DIGIT_RUN, CARD, IBAN, PHONE, DATE_SHAPE, IP_SHAPE, PHONE_WOR
 def find_personal(text: str) -> list[tuple[int, int, str]]:
     spans = _emails(text) if "@" in text else []
     if not text.isascii() or sum(map(text.count, "0123456789")) >= 7:  # other scripts' digits: no shortcut
-        runs = [
-            (m.start() - MARGIN, m.end() + MARGIN, m.end() - m.start() >= 12)
-            for m in DIGIT_RUN.finditer(text)
-        ]
-        for lo, hi, long in _windows(runs):  # cards have 13+ digits, IBANs 11+ after the check digits
+        runs = []
+        for m in DIGIT_RUN.finditer(text):
+            runs.append((m.start() - MARGIN, m.end() + MARGIN, m.end() - m.start() >= 12))
+            if m.group().isdigit() and _bare_phone(text, m):
+                spans.append((m.start(), m.end(), "phone"))
+        for lo, hi, long in _windows(
+            runs, gap=2000
+        ):  # cards have 13+ digits, IBANs 11+ after the check digits
             spans += (_cards(text, lo, hi) + _ibans(text, lo, hi) if long else []) + _phones(text, lo, hi)
     return spans
 
 
-def _windows(ranges) -> list[list[int]]:
-    """Overlapping ranges merged (they come sorted by start)."""
+def _windows(ranges, gap: int = 0) -> list[list]:
+    """Ranges (sorted by start) merged where they overlap or lie within `gap` of each other: one
+    long window costs the number patterns less than many short ones."""
     out: list[list] = []
     for lo, hi, *flag in ranges:
-        if out and lo <= out[-1][1]:
+        if out and lo <= out[-1][1] + gap:
             out[-1][1] = max(out[-1][1], hi)
             out[-1][2:] = [a or b for a, b in zip(out[-1][2:], flag)]
         else:
@@ -84,8 +92,24 @@ def digits_of(s: str) -> str:
 
 
 def is_card(digits: str) -> bool:
-    """13-19 digits, a card network's first digit (2-6) and the Luhn check (stdnum)."""
-    return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn.is_valid(digits)
+    """14-19 digits that pass Luhn (stdnum) and start as a card network numbers its cards: Visa 4,
+    Mastercard 51-55 and 2221-2720, Amex 34/37 (15 digits), Diners 300-305/36/38/39 (14),
+    Discover, UnionPay and Maestro 6 and 50/56-58, JCB 3528-3589. (13-digit Visa numbers, no
+    longer issued, are left: they look like order ids.)"""
+    n = len(digits)
+    if not 14 <= n <= 19 or not luhn.is_valid(digits):
+        return False
+    if n == 15:
+        return digits[:2] in ("34", "37")
+    if n == 14:
+        return digits[:2] in ("36", "38", "39") or "300" <= digits[:3] <= "305"
+    return (
+        digits[0] in "46"
+        or "51" <= digits[:2] <= "58"
+        or "50" == digits[:2]
+        or "2221" <= digits[:4] <= "2720"
+        or "3528" <= digits[:4] <= "3589"
+    )
 
 
 def _cards(text: str, lo: int, hi: int) -> list:
@@ -114,7 +138,7 @@ def _phones(text: str, lo: int, hi: int) -> list:
     for m in PHONE.finditer(text, lo, hi):
         start, cand = m.start(), m.group()
         for attempt in range(6):  # a number next to other figures: drop groups at the end, then the start
-            if is_phone(cand, text[max(0, start - 24) : start]):
+            if not cand.isdigit() and is_phone(cand):
                 spans.append((start, start + len(cand), "phone"))
                 break
             cut = cand.rfind(" ") if attempt < 3 else cand.find(" ")
@@ -127,15 +151,20 @@ def _phones(text: str, lo: int, hi: int) -> list:
     return spans
 
 
-def is_phone(cand: str, before: str = "") -> bool:
-    """A candidate that phonenumbers validates; dates and IPs are never numbers; a bare run of
-    digits (an order id, a timestamp) only right after a word such as "phone" or "call"."""
+def _bare_phone(text: str, m: re.Match) -> bool:
+    """A bare run of digits (an order id, a timestamp?) is a number only right after a phone word."""
+    before = text[m.start() - 1 : m.start()]
+    if not 7 <= len(m.group()) <= 15 or (before and (before.isalnum() or before in "+.,/-_")):
+        return False
+    return bool(PHONE_WORDS.search(text, max(0, m.start() - 24), m.start())) and is_phone(m.group())
+
+
+def is_phone(cand: str) -> bool:
+    """A candidate that phonenumbers validates; dates and IPs are never numbers."""
     digits = digits_of(cand)
     if not 7 <= len(digits) <= 15 or DATE_SHAPE.match(cand) or IP_SHAPE.fullmatch(cand):
         return False
     international = cand.startswith(("+", "00"))
-    if not international and cand.isdigit() and not PHONE_WORDS.search(before):
-        return False
     return _valid_number(("+" + digits[2:]) if cand.startswith("00") else cand, international)
 
 
