@@ -142,7 +142,8 @@ class Scrubber:
             hit = self._cache[text] = (self._scrub_text(text, found), tuple(found.items()))
             if len(self._cache) > CACHE_SIZE:
                 self._cache.clear()
-        counts.update(dict(hit[1]))
+        for kind, n in hit[1]:
+            counts[kind] += n
         return hit[0]
 
     def _scrub_text(self, text: str, counts: Counter) -> str:
@@ -193,9 +194,10 @@ class Scrubber:
             if isinstance(decoded, (dict, list)):
                 found = Counter()
                 scrubbed = self.scrub_value(decoded, found)
-                if found:
-                    counts.update(found)
-                    return json.dumps(scrubbed, ensure_ascii=False)
+                if not found:  # every key and value was read decoded: the raw text holds nothing more
+                    return text
+                counts.update(found)
+                return json.dumps(scrubbed, ensure_ascii=False)
         return self.scrub(text, counts)
 
     def _scrub_parts(self, parts: list, counts: Counter) -> list:
