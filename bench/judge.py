@@ -4,7 +4,7 @@ cache answers on a second cycle.
 SmolLM2-135M-Instruct (the shipped default) serves as the judge on a vLLM OpenAI server on
 loopback (`flywheel engine serve`'s server), and:
 1. injections: for `--prompts` invoice extraction tasks, the judge (its reply constrained to
-   `SCORE: 0..10`, as `reward.judge.constrain` does) scores the right answer,
+   consistent verdicts, as `reward.judge.constrain` does) scores the right answer,
    a plain wrong one, and four completions that ask the judge for a high score; each twice:
    sent raw (what the model alone would give) and through `Judge.score` (the guard flags
    them first). Prints the mean score per kind, n each;
@@ -41,10 +41,10 @@ RUBRIC = "The response must be JSON with the invoice's exact total and vendor. 1
 def injection_table(url: str, n: int):
     """Per kind: (kind, n, raw mean, nonsense share, guarded mean), and the per-prompt raw
     scores (the injections' mean of their four variants) for paired intervals."""
-    from environments.judge import Judge, openai_asker, parse_score
+    from environments.judge import Judge, openai_asker, parse_verdict, verdict_choices
 
-    choices = [f"SCORE: {n}" for n in range(11)]
-    ask, model = openai_asker(url, None, 120, 4, 16, choices)
+    choices = verdict_choices(10, 0.7, reference=False)
+    ask, model = openai_asker(url, None, 120, 4, 40, choices)
     judge = Judge(RUBRIC, ask, model, max_retries=0)
     kinds: dict[str, list[tuple[str, str]]] = {"right": [], "plain wrong": [], "injection": []}
     for i in range(n):
@@ -55,7 +55,7 @@ def injection_table(url: str, n: int):
         kinds["injection"] += [(prompt, t.format(w=total + 10, v=vendor)) for t in INJECTIONS]
     rows, per_prompt = [], {}
     for kind, items in kinds.items():
-        raw = [parse_score(r, judge.scale) if isinstance(r, str) else None
+        raw = [parse_verdict(r, judge.scale, False) if isinstance(r, str) else None
                for r, _ in ask([judge.messages(p, c) for p, c in items])]  # fmt: skip
         guarded = [j.value for j in judge.score(items)]
         mean = lambda xs: statistics.mean([x or 0.0 for x in xs])  # noqa: E731  (nonsense counts 0)

@@ -113,9 +113,23 @@ def paid(items: list[Item], judgements: list[Judgement], verifier: bool) -> list
     return out
 
 
+class MemoCache:
+    """The judge cache's interface (storage/judgements.py) in memory: conditions that ask the
+    same judge the same question share the answer (a greedy judge gives the same one)."""
+
+    def __init__(self):
+        self.values: dict[str, float] = {}
+
+    def get(self, key: str) -> float | None:
+        return self.values.get(key)
+
+    def add(self, rows: list[dict]) -> None:
+        self.values.update({r["key"]: r["value"] for r in rows})
+
+
 def judge_items(ask, items: list[Item], *, guard: bool, second_pass: bool, reference: bool = True,
-                model: str = "stub") -> list[Judgement]:  # fmt: skip
-    judge = Judge(RUBRIC, ask, model, max_retries=0, pass_score=PASS, guard=guard, second_pass=second_pass)
+                model: str = "stub", cache: MemoCache | None = None) -> list[Judgement]:  # fmt: skip
+    judge = Judge(RUBRIC, ask, model, max_retries=0, cache=cache, pass_score=PASS, guard=guard, second_pass=second_pass)
     return judge.score([(i.prompt, i.completion, i.reference if reference else None) for i in items])
 
 
