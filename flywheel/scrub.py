@@ -19,9 +19,12 @@ What a value decodes to is scrubbed too:
 - a string that is JSON (tool-call `arguments`, a JSON reply) is decoded, scrubbed value by value
   (a value under a secret-sounding key is redacted whole; a card number given as a JSON number
   too) and, when something was redacted, re-encoded; otherwise it is left byte for byte;
-- escapes and Unicode forms (\\u0040, \\", %40, &#64;, full-width digits, zero-width characters):
-  the text is read decoded; when the decoded form holds something, the stored text is the
-  decoded form, scrubbed (mapping a redaction back through an escape is not attempted);
+- escapes (\\u0040, \\", %40, &#64;) and invisible characters (zero-width spaces): the text is
+  read decoded; when the decoded form holds something, the stored text is the decoded form,
+  scrubbed (mapping a redaction back through an escape is not attempted);
+- look-alike characters (Cyrillic "р", full-width "＠", Arabic-Indic digits, Unicode dashes):
+  detectors read the text's skeleton (flywheel/scrub_skeleton.py), one character for one, so the
+  redactions apply to the text as written;
 - content parts: a message's text parts are scrubbed on their join (what `_text` stores), so a
   secret split across parts is found; when the join held something, the first text part holds
   the scrubbed join and the other text parts become empty (their join is unchanged otherwise).
@@ -37,11 +40,11 @@ from __future__ import annotations
 import html
 import json
 import re
-import unicodedata
 from collections import Counter
 
 from flywheel.scrub_detectors import find_secrets, secret_key_name
 from flywheel.scrub_personal import find_personal, is_card
+from flywheel.scrub_skeleton import SKELETON
 
 DEFAULTS_VERSION = "detectors-v2"  # in the ingest's batch id: a new scrubber re-ingests a file
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
@@ -50,9 +53,10 @@ GENERIC = {"secret": 1, "high_entropy": 2}  # where spans tie, the specific kind
 
 
 def find_spans(text: str) -> list[tuple[int, int, str]]:
-    """The default detectors' spans (they may overlap)."""
-    low = text.lower()
-    return find_secrets(text, low) + find_personal(text)
+    """The default detectors' spans (they may overlap), found on the text's skeleton: the same
+    length, so the spans apply to the text itself."""
+    probe = text if text.isascii() else text.translate(SKELETON)
+    return find_secrets(probe, probe.lower()) + find_personal(probe)
 
 
 FORMAT_CHARS = re.compile(r"[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
@@ -62,11 +66,12 @@ SIMPLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
 def decoded_view(text: str) -> str:
-    """What a text says once decoded: NFKC (full-width digits, ligatures), invisible format
-    characters dropped, JSON/C escapes (\\u0040, \\"), percent-escapes (%40), HTML entities."""
+    """What a text says once decoded: invisible format characters dropped, JSON/C escapes
+    (\\u0040, \\"), percent-escapes (%40), HTML entities. (Look-alike characters are read through
+    the skeleton instead, which keeps the text's length.)"""
     view = text
     if not text.isascii():
-        view = FORMAT_CHARS.sub("", unicodedata.normalize("NFKC", text))
+        view = FORMAT_CHARS.sub("", text)
     if "\\" in view:
         view = ESCAPE.sub(_unescape, view)
     if "%" in view:

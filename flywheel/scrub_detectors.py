@@ -36,6 +36,8 @@ from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString,
 from detect_secrets.plugins.jwt import JwtTokenDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 
+from flywheel.scrub_skeleton import skeleton, with_skeletons
+
 WINDOW = 160  # the most characters a pattern with an unbounded repeat sees after its anchor
 JWT_WINDOW = 16_384  # JWTs with many claims run to several KB
 Span = tuple[int, int, str]
@@ -186,11 +188,11 @@ KEYWORD_PATTERNS = [(p, g) for p, g in {**ds_keyword.CONFIG_DENYLIST_REGEX_TO_GR
                                         **ds_keyword.GOLANG_DENYLIST_REGEX_TO_GROUP}.items()
                     if p is not ds_keyword.PRECEDED_BY_EQUAL_COMPARISON_SIGNS_QUOTES_REQUIRED_REGEX]  # fmt: skip
 DS_WORDS = "|".join(ds_keyword.DENYLIST)
-EXTRA_WORDS = (r"(?:access|auth|refresh|api|id|session|bearer|csrf|private)[_-]?token|passphrase|passcode|credentials?"
-               r"|passwort|kennwort|mot de passe|senha|parola|wachtwoord|пароль|密码|パスワード")  # fmt: skip
-PASSWORD_WORDS = (
-    r"password|passwd|pwd|passphrase|passcode|\bpin\b|passwort|kennwort|mot de passe|contrase[nñ]a"
-    r"|senha|пароль"
+EXTRA_WORDS = (r"(?:access|auth|refresh|api|id|session|bearer|csrf|private)[_-]?token|(?:api|secret|access|private|client)-key|"
+               + with_skeletons("passphrase|passcode|credentials?|passwort|kennwort|mot de passe|senha|parola|wachtwoord"
+                                "|пароль|密码|パスワード"))  # fmt: skip
+PASSWORD_WORDS = with_skeletons(
+    r"password|passwd|pwd|passphrase|passcode|\bpin\b|passwort|kennwort|mot de passe|contrase[nñ]a|senha|пароль"
 )
 KEYWORD = re.compile(f"(?i){DS_WORDS}|{EXTRA_WORDS}|\\bpin\\b")
 KEYWORD_LOW = re.compile(KEYWORD.pattern[4:])  # on the lower-cased text: much faster than (?i)
@@ -202,6 +204,7 @@ PLAIN_SECRET = re.compile(  # "token: x", "passphrase = 'a b c'", "my password i
 # every keyword above contains one of these (lower case): found with str.find, then checked
 STEMS = ("pass", "mot de passe", "pwd", "secret", "key", "token", "credential", "contrase", "kennwort", "senha", "parola",
          "wachtwoord", "пароль", "密码", "パスワード", "pin")  # fmt: skip
+STEMS = tuple(dict.fromkeys(STEMS + tuple(skeleton(s) for s in STEMS)))  # detectors read the skeleton
 SECRET_KEY_NAME = re.compile(rf"(?i){ds_keyword.DENYLIST_REGEX}|{EXTRA_WORDS}|^pin$")
 CONTEXT_STEMS = ("key", "secret", "token", "passw", "credential", "auth")
 ENTROPY_TOKEN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{16,512}(?![A-Za-z0-9+/=_-])")

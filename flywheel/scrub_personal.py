@@ -21,6 +21,8 @@ from functools import lru_cache
 import phonenumbers
 from stdnum import iban, luhn
 
+from flywheel.scrub_skeleton import with_skeletons
+
 # national formats (no + or 00) are tried in these regions, most-used first; all 245 would
 # accept nearly any digit string (a date is a valid number in DE, SE, TH and IL)
 GUESS_REGIONS = ("US", "GB", "DE", "FR", "IN", "BR", "JP", "ES", "IT", "MX", "CA", "AU", "NL", "CN", "RU",
@@ -38,8 +40,8 @@ PHONE = re.compile(
 )
 DATE_SHAPE = re.compile(r"\(?(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?!\d)")
 IP_SHAPE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
-PHONE_WORDS = re.compile(r"(?i)(?:tel|phone|call|mobile|cell|fax|whatsapp|sms|handy|telefon|telefono|"
-                         r"téléphone|portable|número|numero|nummer|номер|電話|电话)\W{0,12}$")  # fmt: skip
+PHONE_WORDS = re.compile("(?i)(?:" + with_skeletons("tel|phone|call|mobile|cell|fax|whatsapp|sms|handy|telefon|telefono|"
+                         "téléphone|portable|número|numero|nummer|номер|電話|电话") + r")\W{0,12}$")  # fmt: skip
 PATTERNS = (EMAIL, DIGIT_RUN, CARD, IBAN, PHONE, DATE_SHAPE, IP_SHAPE, PHONE_WORDS)  # run over whole texts
 
 

@@ -132,6 +132,21 @@ def test_escaped_and_encoded_forms():
         ), out
 
 
+@pytest.mark.parametrize("text, kept, kind", [
+    ("раssword: hunter2", "раssword: ", "secret"),                  # Cyrillic р and а
+    ("mail jane＠example.com today", "mail ", "email"),             # full-width @
+    ("call (415) 555–0132 now", "call ", "phone"),                  # en dash
+    ("card ٤١١١ ١١١١ ١١١١ ١١١١", "card ", "card"),                  # Arabic-Indic digits
+    ("мой пароль: секрет123", "мой пароль: ", "secret"),
+])  # fmt: skip
+def test_look_alike_characters_are_read_as_what_they_imitate(text, kept, kind):
+    """The detectors read a same-length skeleton, so the stored text keeps its own letters."""
+    out, counts = scrubbed(text)
+    assert out.startswith(kept + "[REDACTED:") and counts == {kind: 1}, out
+    prose = "Привет, как дела? Всё хорошо, спасибо. Τα λέμε αύριο στις 10:30."
+    assert scrubbed(prose) == (prose, Counter())
+
+
 def test_tool_call_arguments_are_decoded_scrubbed_and_reencoded():
     args = json.dumps(
         {

@@ -1,0 +1,49 @@
+"""A text's skeleton: one character for one, look-alikes read as the ASCII they imitate.
+
+Detectors run on the skeleton and their spans apply to the text itself (same length), so a
+secret written with Cyrillic "р", Greek "ο", full-width or mathematical letters, other scripts'
+digits, Unicode dashes or spaces is found, and the stored text keeps its own characters.
+The look-alikes come from confusable-homoglyphs' data (Unicode's confusables list); digits,
+dashes and spaces from unicodedata. Not done: look-alikes that stand for two characters
+(ligatures such as "ﬁ"); they are read as they are.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from confusable_homoglyphs import confusables
+
+
+def _table() -> dict[int, str]:
+    table: dict[int, str] = {}
+    for char, entries in confusables.confusables_data.items():
+        if len(char) == 1 and not char.isascii():
+            ascii_ = [
+                e["c"] for e in entries if len(e["c"]) == 1 and e["c"].isascii() and e["c"].isprintable()
+            ]
+            if ascii_:
+                table[ord(char)] = ascii_[0]
+    table.update({code: chr(code - 0xFEE0) for code in range(0xFF01, 0xFF5F)})  # full-width ASCII
+    for code in range(0x80, 0x10000):
+        char = chr(code)
+        if (digit := unicodedata.decimal(char, None)) is not None:
+            table[code] = str(digit)
+        elif unicodedata.category(char) == "Pd" or char == "\u2212":
+            table[code] = "-"
+        elif unicodedata.category(char) == "Zs":
+            table[code] = " "
+    return table
+
+
+SKELETON = _table()
+
+
+def skeleton(text: str) -> str:
+    return text if text.isascii() else text.translate(SKELETON)
+
+
+def with_skeletons(words: str) -> str:
+    """A regex alternation of words, plus each word's skeleton where it differs ("пароль")."""
+    parts = words.split("|")
+    return "|".join(dict.fromkeys(parts + [skeleton(w) for w in parts]))
