@@ -7,8 +7,8 @@ harness as it is and with the same harness unguarded (the scorers' own `eval` an
 
 Prints per harness: ms per answer (honest references and wrong answers, wall time of
 `tasks.score.verify` over the batch, sandbox concurrency 2) and how many of
-tests/test_scorer_isolation.py's attack forms scored above 0 with the code-like check
-off. Not a benchmark of the scorers themselves: the time is mostly the sandbox's.
+tests/test_scorer_isolation.py's attack forms (forms x scorers) scored 1.0 with the
+code-like check off. Not a benchmark of the scorers themselves: the time is mostly the sandbox's.
 """
 
 from __future__ import annotations
@@ -40,6 +40,25 @@ def unguarded_math() -> str:
     return PRELUDE + body.replace("with guarded():", "if True:")
 
 
+def in_process(specs: list[dict], repeats: int) -> None:
+    """The scorers alone, in this process (rg_worker's copy of SCORER): no sandbox noise."""
+    import contextlib
+
+    ns = rg_worker._ns
+    for name, guard in (("unguarded (before)", contextlib.nullcontext), ("guarded (after)", ns["guarded"])):
+        saved, ns["guarded"] = ns["guarded"], guard
+        try:
+            for spec in specs:  # warm: datasets built, sympy caches filled
+                ns["rg_score"](spec)
+            began = time.perf_counter()
+            for _ in range(repeats):
+                credit = [ns["rg_score"](spec) for spec in specs]
+            ms = (time.perf_counter() - began) * 1000 / (repeats * len(specs))
+        finally:
+            ns["guarded"] = saved
+        print(f"rg in-process {name:20s} {ms:7.2f} ms/answer  credit {sum(credit):.2f} of {len(specs)} answers")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -53,6 +72,13 @@ def main() -> None:
             task = env.make_tasks("train", 1, 3, 1)[0]
             honest += [(env, task, env.reference(task)[0]["content"]), (env, task, "<answer>0</answer>")]
             attacks += [(env, task, f"<answer>{a}</answer>") for a in forms.values()]
+    specs = []
+    for env, task, completion in honest:
+        answer = rg.ANSWER.findall(completion)[-1].strip()
+        specs.append({**json.loads(task.verifier_json), "answer": answer})
+        specs.append({**json.loads(task.verifier_json), "answer": "[[1, 0], [0, 1]]" if env.generator in
+                      EVAL_SCORERS else "x**2 + 3*x - 1"})  # fmt: skip  (through eval / parse_expr)
+    in_process(specs, args.repeats * 10)
     guarded, plain = rg.HARNESS, unguarded_rg()
     for name, harness in (("unguarded (before)", plain), ("guarded (after)", guarded), ("unguarded again", plain)):
         rg.HARNESS = harness
@@ -61,9 +87,9 @@ def main() -> None:
         for _ in range(args.repeats):
             scores = [v.score.reward for v in verify(box, honest)]
         ms = (time.perf_counter() - began) * 1000 / (args.repeats * len(honest))
-        forged = sum(v.score.reward > 0 for v in verify(box, attacks))
+        forged = sum(v.score.reward >= 1.0 for v in verify(box, attacks))
         print(f"rg   {name:20s} {ms:7.1f} ms/answer  references at 1.0: {scores[::2].count(1.0)}/{len(scores) // 2}"
-              f"  attack forms scored > 0: {forged}/{len(attacks)}")  # fmt: skip
+              f"  attack forms scored 1.0: {forged}/{len(attacks)}")  # fmt: skip
     rg.HARNESS = guarded
 
     completions = ["So it is \\boxed{7}.", "Answer: 7", "\\boxed{\\frac{14}{2}}", "The answer: 2^3 - 1"] * 4

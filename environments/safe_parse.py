@@ -16,14 +16,15 @@ sympy's own compiling helpers); the fix is that nothing there executes text at a
   notation, ...) turn the text into Python source exactly as sympy does; that source
   is then parsed by `ast` (which never runs anything) and *interpreted* here: numbers,
   operators, and calls of a fixed list of sympy classes and functions of mathematics,
-  found by name (`ALLOWED`). An attribute, subscript, lambda, comprehension, string
+  found by name (`FUNCTIONS`, `CONSTANTS`, `TEXT_CONSTRUCTORS`). An attribute, subscript, lambda, comprehension, string
   outside a Symbol/number constructor, keyword other than `evaluate`, or any other name
   is refused with a ValueError naming it, which the scorers count as a wrong answer.
   The result is the same sympy object `parse_expr` gives for honest answers (the
   helper checks every generator's own answer through this path: environments/rg_worker.py).
 - `guarded()`: a context manager that binds these in the scorer modules, in sympy (so a
   `sympify(str)` anywhere in the scoring goes through the same interpreter) and in
-  math-verify / latex2sympy2 for the duration of one scoring, and checks the binding.
+  math-verify / latex2sympy2 for the duration of one scoring (tests/test_scorer_isolation.py
+  scans reasoning-gym for any other module that evaluates text).
 
 This file is also *source text*: the sandbox harnesses (environments/rg_worker.py,
 environments/verifiers.py) embed it, since the sandbox runs `python -I` with only its
@@ -161,6 +162,11 @@ class _Interpreter:
         raise ValueError(f"not mathematics: constant {type(v).__name__}")
 
     def _Name(self, node):
+        if node.id in TEXT_CONSTRUCTORS and node.id not in self.local:
+            raise ValueError(f"{node.id} is read only as a call")
+        return self._lookup(node)
+
+    def _lookup(self, node):
         if node.id in self.local:
             return self.local[node.id]
         if node.id in self.allowed:
@@ -199,7 +205,7 @@ class _Interpreter:
         if not isinstance(node.func, ast.Name):
             raise ValueError("only named functions of mathematics may be called")
         name = node.func.id
-        func = self._Name(node.func)
+        func = self._lookup(node.func)
         if name in self.local:
             if not isinstance(func, self.sympy.FunctionClass):
                 raise ValueError(f"{name!r} is not a function")

@@ -4,8 +4,9 @@
 The attack forms run against the real bubblewrap sandbox, the real reasoning-gym and
 math-verify, through the real scoring path, with the code-like check switched off: what
 is tested is the structure (parsers that never execute text), not the regex. Each form,
-had it run, calls the harness's own `report()` with a 1.0: against the harness before
-this change 30 of the rg forms here forged 1.0 (the comparison is in bench/README.md).
+had it run, calls the harness's own `report()` with a 1.0: against the same harness
+without the guard (the scorers' own eval() and parse_expr, as before issue 41), 58 of
+the 73 rg cases here (forms x scorers) scored 1.0 (`python bench/scorer_cost.py`).
 """
 
 import ast
@@ -132,34 +133,38 @@ def test_the_safe_parser_gives_sympys_objects_for_mathematics_and_refuses_the_re
 
 RISKY_NAMES = {"eval", "exec", "compile", "parse_expr", "sympify", "S", "lambdify", "parse_latex"}
 RISKY_ATTRS = {"parse_expr", "sympify", "lambdify", "parse_latex"}  # sympy.parse_expr(...), not re.compile(...)
+# reasoning-gym 0.1.25 modules that evaluate text that is never a model's (read, with the reason)
+TRUSTED_ONLY = {
+    "reasoning_gym.arithmetic.basic_arithmetic": "eval of the expression it generates",
+    "reasoning_gym.arithmetic.bitwise_arithmetic": "eval of the item's own problem; the answer goes to int(text, 0)",
+    "reasoning_gym.arithmetic.gsm_symbolic.generators_00_49": "eval while generating",
+    "reasoning_gym.arithmetic.gsm_symbolic.generators_50_99": "eval while generating",
+    "reasoning_gym.code.codeio": "exec of its own data set's programs while generating",
+    "reasoning_gym.logic.propositional_logic": "its own recursive parser, named parse_expr",
+}
 
 
-def _risky_calls_in_score_answer(path: Path) -> set[str]:
+def _risky_calls(path: Path) -> set[str]:
     names = set()
-    for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(fn, ast.FunctionDef) and fn.name == "score_answer":
-            for call in ast.walk(fn):
-                f = getattr(call, "func", None)
-                if isinstance(call, ast.Call) and isinstance(f, ast.Name) and f.id in RISKY_NAMES:
-                    names.add(f.id)
-                elif isinstance(call, ast.Call) and isinstance(f, ast.Attribute) and f.attr in RISKY_ATTRS:
-                    names.add(f.attr)
+    for call in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        f = getattr(call, "func", None)
+        if isinstance(call, ast.Call) and isinstance(f, ast.Name) and f.id in RISKY_NAMES:
+            names.add(f.id)
+        elif isinstance(call, ast.Call) and isinstance(f, ast.Attribute) and f.attr in RISKY_ATTRS:
+            names.add(f.attr)
     return names
 
 
-def test_every_reasoning_gym_scorer_that_evaluates_text_is_guarded():
-    """A scan of reasoning-gym's score_answer functions: any that calls eval, exec,
-    parse_expr, sympify or S must be one guarded() binds, so a new one fails here."""
+def test_every_reasoning_gym_module_that_evaluates_text_is_guarded_or_never_sees_an_answer():
+    """A scan of all of reasoning-gym: a module that calls eval, exec, parse_expr, sympify
+    or S is either one guarded() binds or read and listed in TRUSTED_ONLY, so a new one
+    (another version, another generator) fails here until someone reads it."""
     import reasoning_gym
 
-    found = {}
-    for path in Path(reasoning_gym.__file__).parent.rglob("*.py"):
-        hit = _risky_calls_in_score_answer(path)
-        if hit:
-            found[".".join(path.relative_to(Path(reasoning_gym.__file__).parent.parent).with_suffix("").parts)] = hit
+    root = Path(reasoning_gym.__file__).parent
+    found = {".".join(p.relative_to(root.parent).with_suffix("").parts) for p in root.rglob("*.py") if _risky_calls(p)}
     guarded = set(safe_parse.EVAL_SCORERS) | set(safe_parse.PARSE_EXPR_SCORERS) | set(safe_parse.SYMPY_SCORERS)
-    assert set(found) <= guarded, {m: h for m, h in found.items() if m not in guarded}
-    assert len(found) >= 9, found  # the scan sees the known ones
+    assert found - set(TRUSTED_ONLY) == guarded, (found - set(TRUSTED_ONLY)) ^ guarded
     assert {m.rsplit(".", 1)[-1] for m in guarded} >= rg.EVALUATES
     import reasoning_gym.games.n_queens as nq
     import sympy.parsing.sympy_parser as sp_parser
