@@ -99,8 +99,8 @@ def place_completions(
 
 def uses_bf16(cfg) -> bool:
     """Whether the trainer computes in bf16: `cfg.bf16` when set; else where a GPU supports it.
-    Not yet on a CPU with bf16 units (this one: AMX and AVX512-BF16, a step 2x faster), until
-    held-out learning at equal wall time says bf16 learns as well."""
+    Not yet on a CPU with bf16 units (AMX, AVX512-BF16: a step about 2x faster, bench/roofline.py),
+    until held-out learning at equal wall time says bf16 learns as well."""
     if cfg.bf16 is not None:
         return cfg.bf16
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -181,7 +181,7 @@ class GRPOTrainer:
         optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.ds_config = ds_config or self.default_ds_config(cfg)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
-        self.bf16 = uses_bf16(cfg)
+        self.bf16 = bool(self.ds_config.get("torch_autocast", {}).get("enabled"))  # a given ds_config's say
         self.reference = None
         if cfg.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(reference_dir or model_dir, dtype=torch.float32)
