@@ -56,7 +56,7 @@ def in_process(specs: list[dict], repeats: int) -> None:
             ms = (time.perf_counter() - began) * 1000 / (repeats * len(specs))
         finally:
             ns["guarded"] = saved
-        print(f"rg in-process {name:20s} {ms:7.2f} ms/answer  credit {sum(credit):.2f} of {len(specs)} answers")
+        print(f"rg in-process {name:20s} {ms:7.2f} ms/answer  credit {sum(credit):.2f} of {len(specs)}")
 
 
 def main() -> None:
@@ -80,7 +80,8 @@ def main() -> None:
                       EVAL_SCORERS else "x**2 + 3*x - 1"})  # fmt: skip  (through eval / parse_expr)
     in_process(specs, args.repeats * 10)
     guarded, plain = rg.HARNESS, unguarded_rg()
-    for name, harness in (("unguarded (before)", plain), ("guarded (after)", guarded), ("unguarded again", plain)):
+    arms = (("unguarded (before)", plain), ("guarded (after)", guarded), ("unguarded again", plain))
+    for name, harness in arms:
         rg.HARNESS = harness
         verify(box, honest[:4])  # warm
         began = time.perf_counter()
@@ -88,14 +89,16 @@ def main() -> None:
             scores = [v.score.reward for v in verify(box, honest)]
         ms = (time.perf_counter() - began) * 1000 / (args.repeats * len(honest))
         forged = sum(v.score.reward >= 1.0 for v in verify(box, attacks))
-        print(f"rg   {name:20s} {ms:7.1f} ms/answer  references at 1.0: {scores[::2].count(1.0)}/{len(scores) // 2}"
+        right = f"{scores[::2].count(1.0)}/{len(scores) // 2}"
+        print(f"rg   {name:20s} {ms:7.1f} ms/answer  references at 1.0: {right}"
               f"  attack forms scored 1.0: {forged}/{len(attacks)}")  # fmt: skip
     rg.HARNESS = guarded
 
     completions = ["So it is \\boxed{7}.", "Answer: 7", "\\boxed{\\frac{14}{2}}", "The answer: 2^3 - 1"] * 4
-    for name, harness in (("unguarded (before)", unguarded_math()), ("guarded (after)", verifiers.MATH_HARNESS)):
-        jobs = [Job(["python", "-I", "-c", harness], stdin=json.dumps({"nonce": new_nonce(), "gold": "7", "completion": c}))
-                for c in completions]  # fmt: skip
+    math_arms = (("unguarded (before)", unguarded_math()), ("guarded (after)", verifiers.MATH_HARNESS))
+    for name, harness in math_arms:
+        specs = [{"nonce": new_nonce(), "gold": "7", "completion": c} for c in completions]
+        jobs = [Job(["python", "-I", "-c", harness], stdin=json.dumps(spec)) for spec in specs]
         box.map(jobs[:2])
         began = time.perf_counter()
         results = [box.map(jobs) for _ in range(args.repeats)][-1]

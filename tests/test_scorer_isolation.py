@@ -48,7 +48,8 @@ PARSE_FORMS = {  # for the scorers that sympy-parse it
     "plain exec": f'exec("{HIDDEN}")',
 }
 EVAL_SCORERS = ["n_queens", "string_insertion", "spiral_matrix", "binary_matrix"]
-PARSE_SCORERS = ["countdown", "puzzle24", "polynomial_multiplication", "simple_integration", "intermediate_integration"]
+PARSE_SCORERS = ["countdown", "puzzle24", "polynomial_multiplication", "simple_integration",
+                 "intermediate_integration"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -74,21 +75,24 @@ def test_attack_forms_score_nothing_in_the_rg_scorers_with_the_code_check_off(bo
                 pairs.append((env, task, f"<answer>{answer}</answer>"))
                 names.append((gen, form))
     got = {name: v.score for name, v in zip(names, verify(box, pairs))}
-    assert {n: s.reward for n, s in got.items() if n[1] == "reference"} == {(g, "reference"): 1.0
-                                                                             for g in EVAL_SCORERS + PARSE_SCORERS}
+    references = {n: s.reward for n, s in got.items() if n[1] == "reference"}
+    assert references == {(g, "reference"): 1.0 for g in EVAL_SCORERS + PARSE_SCORERS}
     forged = {n: s for n, s in got.items() if n[1] != "reference" and s.reward > 0.0}
     assert not forged, forged
     assert len(got) - len(EVAL_SCORERS + PARSE_SCORERS) >= 60
 
 
 def test_the_code_like_check_reads_folded_text_as_a_second_signal():
-    for form in ("fullwidth exec (NFKC folding)", "__import__ with fullwidth low lines", "mathematical bold exec"):
+    folded = ["fullwidth exec (NFKC folding)", "__import__ with fullwidth low lines",
+              "mathematical bold exec"]  # fmt: skip
+    for form in folded:
         assert verifiers.code_like(EVAL_FORMS[form]), form
     assert verifiers.code_like(PARSE_FORMS["sympify of hidden text"])
     assert not verifiers.code_like("-6*x**3 + 2*x - 7") and not verifiers.code_like("[[1, 0], [0, 1]]")
     env = Domains(["rg/countdown"])["rg/countdown"]
     task = env.make_tasks("train", 1, 3, 1)[0]
-    assert env.job(task, f"<answer>{EVAL_FORMS['mathematical bold exec']}</answer>").verdict == "suspected_hack"
+    refused = env.job(task, f"<answer>{EVAL_FORMS['mathematical bold exec']}</answer>")
+    assert refused.verdict == "suspected_hack"
 
 
 def test_math_verify_never_runs_the_completion_and_still_reads_honest_answers(box, tmp_path, monkeypatch):
@@ -112,8 +116,8 @@ def test_math_verify_never_runs_the_completion_and_still_reads_honest_answers(bo
 def test_the_safe_parser_gives_sympys_objects_for_mathematics_and_refuses_the_rest():
     x = sympy.Symbol("x")
     honest = ["x**2+3.5*x-1/2+2j", "3!", "sin(x)+exp(-x)*log(x)/sqrt(2)", "0.[3]", "-6*x**3 + 2*x - 7",
-              "max(1, 2)", "(3+5)*3", "24/(1-2/3)", "x**2/2 + C", "Abs(x) < 2", "atan(x) + erf(x)", "f(x) + 1",
-              "((8 - 2) * 4)", "2^10", "ｘ + 1"]  # fmt: skip
+              "max(1, 2)", "(3+5)*3", "24/(1-2/3)", "x**2/2 + C", "Abs(x) < 2", "atan(x) + erf(x)",
+              "f(x) + 1", "((8 - 2) * 4)", "2^10", "ｘ + 1"]  # fmt: skip
     for text in honest:
         for evaluate in (True, False):
             want = sympy_parse_expr(text, local_dict={"x": x}, evaluate=evaluate)
@@ -132,11 +136,11 @@ def test_the_safe_parser_gives_sympys_objects_for_mathematics_and_refuses_the_re
 
 
 RISKY_NAMES = {"eval", "exec", "compile", "parse_expr", "sympify", "S", "lambdify", "parse_latex"}
-RISKY_ATTRS = {"parse_expr", "sympify", "lambdify", "parse_latex"}  # sympy.parse_expr(...), not re.compile(...)
+RISKY_ATTRS = {"parse_expr", "sympify", "lambdify", "parse_latex"}  # sympy.parse_expr(), not re.compile()
 # reasoning-gym 0.1.25 modules that evaluate text that is never a model's (read, with the reason)
 TRUSTED_ONLY = {
     "reasoning_gym.arithmetic.basic_arithmetic": "eval of the expression it generates",
-    "reasoning_gym.arithmetic.bitwise_arithmetic": "eval of the item's own problem; the answer goes to int(text, 0)",
+    "reasoning_gym.arithmetic.bitwise_arithmetic": "eval of the item's own problem; the answer: int(text, 0)",
     "reasoning_gym.arithmetic.gsm_symbolic.generators_00_49": "eval while generating",
     "reasoning_gym.arithmetic.gsm_symbolic.generators_50_99": "eval while generating",
     "reasoning_gym.code.codeio": "exec of its own data set's programs while generating",
@@ -162,8 +166,9 @@ def test_every_reasoning_gym_module_that_evaluates_text_is_guarded_or_never_sees
     import reasoning_gym
 
     root = Path(reasoning_gym.__file__).parent
-    found = {".".join(p.relative_to(root.parent).with_suffix("").parts) for p in root.rglob("*.py") if _risky_calls(p)}
-    guarded = set(safe_parse.EVAL_SCORERS) | set(safe_parse.PARSE_EXPR_SCORERS) | set(safe_parse.SYMPY_SCORERS)
+    found = {".".join(p.relative_to(root.parent).with_suffix("").parts)
+             for p in root.rglob("*.py") if _risky_calls(p)}  # fmt: skip
+    guarded = {*safe_parse.EVAL_SCORERS, *safe_parse.PARSE_EXPR_SCORERS, *safe_parse.SYMPY_SCORERS}
     assert found - set(TRUSTED_ONLY) == guarded, (found - set(TRUSTED_ONLY)) ^ guarded
     assert {m.rsplit(".", 1)[-1] for m in guarded} >= rg.EVALUATES
     import reasoning_gym.games.n_queens as nq
@@ -182,10 +187,11 @@ def test_puzzle24_counts_only_the_items_own_numbers(box):
     tasks = env.make_tasks("train", 1, 3, 4)
     shortcut = "1 * 2 * 3 * 4"  # 24 from four numbers in range: rg's own check gives 1.0 to any such
     pairs = [(env, t, env.reference(t)[0]["content"]) for t in tasks]
-    pairs += [(env, t, f"<answer>{shortcut}</answer>") for t in tasks
-              if sorted(json.loads(t.verifier_json)["entry"]["metadata"]["numbers"]) != [1, 2, 3, 4]]  # fmt: skip
+    numbers = [sorted(json.loads(t.verifier_json)["entry"]["metadata"]["numbers"]) for t in tasks]
+    others = [t for t, n in zip(tasks, numbers) if n != [1, 2, 3, 4]]
+    pairs += [(env, t, f"<answer>{shortcut}</answer>") for t in others]
     got = [v.score.reward for v in verify(box, pairs)]
-    assert got[: len(tasks)] == [1.0] * len(tasks) and got[len(tasks) :] == [0.0] * (len(pairs) - len(tasks)) != []
+    assert others and got == [1.0] * len(tasks) + [0.0] * len(others)
 
 
 @pytest.mark.parametrize(
