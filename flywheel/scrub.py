@@ -44,7 +44,7 @@ from collections import Counter
 
 from flywheel.scrub_detectors import find_secrets, secret_key_name
 from flywheel.scrub_personal import find_personal, is_card
-from flywheel.scrub_skeleton import SKELETON
+from flywheel.scrub_skeleton import skeleton
 
 DEFAULTS_VERSION = "detectors-v2"  # in the ingest's batch id: a new scrubber re-ingests a file
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
@@ -55,7 +55,7 @@ GENERIC = {"secret": 1, "high_entropy": 2}  # where spans tie, the specific kind
 def find_spans(text: str) -> list[tuple[int, int, str]]:
     """The default detectors' spans (they may overlap), found on the text's skeleton: the same
     length, so the spans apply to the text itself."""
-    probe = text if text.isascii() else text.translate(SKELETON)
+    probe = skeleton(text)
     return find_secrets(probe, probe.lower()) + find_personal(probe)
 
 

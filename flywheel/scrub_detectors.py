@@ -171,8 +171,8 @@ ANCHORS = [Gated(anchor, "") for anchor in WINDOWED]
 # keys detect-secrets 1.5 has no plugin for: fine-grained GitHub, current OpenAI and Anthropic,
 # Hugging Face, Google, Stripe test/publishable
 FULL += [Gated(re.compile(p), "api_key") for p in (
-    r"github_pat_[A-Za-z0-9_]{22,255}", r"(?:sk|pk|rk)-(?<![\w-]...)(?:[a-z]{2,8}-)?[A-Za-z0-9_-]{20,255}",
-    r"hf_(?<![\w-]hf_)[A-Za-z0-9]{20,255}", r"AIza[0-9A-Za-z_-]{35}", r"(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,255}")]  # fmt: skip
+    r"github_pat_[A-Za-z0-9_]{22,255}", r"(?:sk-|pk-|rk-)(?<![\w-]...)(?:[a-z]{2,8}-)?[A-Za-z0-9_-]{20,255}",
+    r"hf_(?<![\w-]hf_)[A-Za-z0-9]{20,255}", r"AIza[0-9A-Za-z_-]{35}", r"(?:sk_live_|rk_live_|pk_live_|sk_test_|rk_test_|pk_test_)[0-9A-Za-z]{10,255}")]  # fmt: skip
 # on the lower-cased text; the word boundary is looked for behind the literal, so the scan is fast
 BEARER = re.compile(r"bearer(?<![a-z0-9_]bearer)\s{1,8}([a-z0-9._~+/=-]{16,4096})")
 BASIC = re.compile(r"basic(?<![a-z0-9_]basic)\s{1,8}([a-z0-9+/]{4,4096}={0,2})")

@@ -32,11 +32,15 @@ MARGIN = 40  # characters around a run of digits that the number patterns may st
 EMAIL = re.compile(r"[\w.%+-][\w.%+'-]{0,63}@[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}\.[^\W\d_]{2,24}(?![\w-])")
 DIGIT_RUN = re.compile(r"[0-9](?:[ ().\-/]{0,3}[0-9]){6,40}")  # where a number may be: 7 digits or more
 CARD = re.compile(r"\d(?<![\d.,]\d)(?:[ -]?\d){13,18}(?!\d)")  # lookbehind after \d: a fast first char
-IBAN = re.compile(r"[A-Za-z](?<![A-Za-z0-9][A-Za-z])[A-Za-z]\d{2}(?:[ -]?[A-Za-z0-9]){10,30}(?![A-Za-z0-9])")
+# from the check digits (a fast first character), the country code looked for behind them
+IBAN = re.compile(
+    r"[0-9]{2}(?<=[A-Za-z]{2}[0-9]{2})(?<![A-Za-z0-9][A-Za-z]{2}[0-9]{2})(?:[ -]?[A-Za-z0-9]){10,30}(?![A-Za-z0-9])"
+)
 # 7+ digits written as a phone number: after + or (, or a first group of at most 6 digits; a bare
 # run of digits is a number only after a phone word (find_personal)
 PHONE = re.compile(
-    r"(?:\+|\(|[0-9](?=[0-9]{0,5}[ ().\-/]))(?<![\w+.,/-].)\(?[0-9]?(?:[ ().\-/]{1,3}[0-9]|[0-9]){6,16}(?!\w)"
+    r"(?:\+|\(|[0-9](?=[0-9]{0,5}[ ().\-/])(?![0-9]{3}[-/.][0-9]{1,2}[-/.][0-9]{1,2}(?![0-9])))"  # not a date
+    r"(?<![\w+.,/-].)\(?[0-9]?(?:[ ().\-/]{1,3}[0-9]|[0-9]){6,16}(?!\w)"
 )
 DATE_SHAPE = re.compile(r"\(?(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?!\d)")
 IP_SHAPE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
@@ -122,11 +126,12 @@ def _cards(text: str, lo: int, hi: int) -> list:
 
 def _ibans(text: str, lo: int, hi: int) -> list:
     spans = []
-    for m in IBAN.finditer(text, max(0, lo - MARGIN), hi):
-        cand = m.group()
+    for m in IBAN.finditer(text, lo, hi):
+        start = m.start() - 2
+        cand = text[start : m.end()]
         for _ in range(8):  # a word after the IBAN may have joined it: drop trailing groups
             if iban.is_valid(cand):
-                spans.append((m.start(), m.start() + len(cand), "iban"))
+                spans.append((start, start + len(cand), "iban"))
                 break
             cut = max(cand.rfind(" "), cand.rfind("-"))
             if cut < 0:
