@@ -98,7 +98,7 @@ def record(rng: random.Random, i: int) -> dict:
 HOSTILE = {  # one string each, repeated to the size asked
     "one letter": "y", "words": "the quick brown fox ", "digits and spaces": "1234567 ", "eyJ": "eyJ",
     "password": "password", "password: ": "password: ", "at signs": "a@", "sk-": "sk-", "://": "://a",
-    "escapes": "\\u0040", "key=": "key=", "-----BEGIN": "-----BEGIN RSA PRIVATE KEY-----",
+    "a. (old: quadratic)": "a.", "a- (old: quadratic)": "a-", "escapes": "\\u0040", "key=": "key=", "-----BEGIN": "-----BEGIN RSA PRIVATE KEY-----",
 }  # fmt: skip
 
 
