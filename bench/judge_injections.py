@@ -1,7 +1,7 @@
 """How often a disguised injection gets the LLM judge's pass, layer by layer (issue 41).
 
-The suite: tests/data/judge_injections.jsonl (77 injections on wrong invoice answers, in 41
-languages and scripts, 44 forms; 12 right answers with the same carriers). Each is judged
+The suite: tests/data/judge_injections.jsonl (77 injections on wrong invoice answers, in 33
+languages, 37 forms; 12 right answers with the same carriers). Each is judged
 with the task's reference (tests/judge_suite.py), and `defended` means the judge term
 does not pay a pass (>= 0.7). Rows:
 

@@ -334,12 +334,13 @@ def make_judge(cfg, lake, engine=None, tokenizer=None) -> Judge | None:
     The engine backend keeps no cache: its judge is the policy, which changes every update."""
     if not cfg.rubric:
         return None
-    tokens = max(cfg.max_tokens, VERDICT_TOKENS)  # the verdict object is ~25 tokens, more than the config's default
+    tokens = max(cfg.max_tokens, VERDICT_TOKENS)  # the verdict object: ~25 tokens, over the config's default
     if cfg.backend == "openai":
         from storage.judgements import JudgeCache
 
         choices = constrained_choices(cfg.scale, cfg.pass_score) if cfg.constrain else None
         ask, model = openai_asker(cfg.base_url, cfg.model, cfg.timeout_s, cfg.max_concurrency, tokens, choices)
-        return Judge(cfg.rubric, ask, model, cfg.scale, cfg.max_retries, JudgeCache(lake), pass_score=cfg.pass_score)
+        cache = JudgeCache(lake)
+        return Judge(cfg.rubric, ask, model, cfg.scale, cfg.max_retries, cache, pass_score=cfg.pass_score)
     ask = engine_asker(engine(), tokenizer(), tokens)
     return Judge(cfg.rubric, ask, "policy", cfg.scale, cfg.max_retries, pass_score=cfg.pass_score)

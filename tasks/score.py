@@ -167,9 +167,11 @@ def with_functions(sc: Score, values: dict, functions: list, cfg: RewardConfig, 
     audit = judged.audit if judged is not None else ""
     if judged is not None:
         paid = judged.value
-        if paid is not None and sc.graded and not judged.flagged and sc.verdict != "pass" and paid >= cfg.judge.pass_score:
+        contradicted = sc.graded and not judged.flagged and sc.verdict != "pass"
+        if paid is not None and contradicted and paid >= cfg.judge.pass_score:
             paid = min(paid, sc.reward)  # the verifier contradicts the judge's pass: not its full marks
-            audit = "; ".join(filter(None, [audit, f"verifier {sc.verdict} against the judge's {judged.value:.2f}"]))
+            note = f"verifier {sc.verdict} against the judge's {judged.value:.2f}"
+            audit = "; ".join(filter(None, [audit, note]))
         terms.append(("judge", cfg.judge.weight, paid, judged.error if judged.value is None else ""))
     total = cfg.verifier_weight * sc.reward if sc.graded else 0.0
     errors = []
