@@ -147,7 +147,7 @@ def judge_rollouts(judge, ctx: StageContext, rollouts: list[Rollout]) -> list:
 def judge_reference(task: TaskSpec) -> str | None:
     """The task's reference answer for reference-guided judging, when its verifier has one."""
     spec = json.loads(task.verifier_json or "{}")
-    ref = spec.get("answer", spec.get("reference"))
+    ref = spec.get("answer") if spec.get("answer") is not None else spec.get("reference")
     return None if ref is None else ref if isinstance(ref, str) else json.dumps(ref, ensure_ascii=False)
 
 

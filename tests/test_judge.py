@@ -195,3 +195,19 @@ def test_the_runs_own_engine_can_judge(tiny_model):
     out = judge.score([(PROMPT, "Paris"), (PROMPT, "Lyon")])
     assert all(j.value is None and j.error.startswith("judge: nonsense") for j in out)
     assert judge.cache is None and judge.stats.requests == 4 and judge.stats.tokens > 0
+
+
+def test_the_judge_is_given_the_tasks_reference_answer():
+    """Reference-guided judging: the answer a task file or domain verifier keeps (text as is,
+    structures as JSON), none where the task has none."""
+    from storage.schema import TaskSpec
+    from tasks.score import judge_reference
+
+    def task(verifier: dict) -> TaskSpec:
+        return TaskSpec("t", "d", 1, "train", [{"role": "user", "content": "q"}], "{}", json.dumps(verifier), 0, "v")
+
+    assert judge_reference(task({"kind": "exact", "answer": "Paris"})) == "Paris"
+    assert json.loads(judge_reference(task({"kind": "json_fields", "answer": {"total": 7}}))) == {"total": 7}
+    assert judge_reference(task({"entry": "f", "tests": [], "reference": "def f(): ..."})) == "def f(): ..."
+    assert judge_reference(task({"kind": "python", "answer": None, "reference": "def g(): ..."})) == "def g(): ..."
+    assert judge_reference(task({"kind": "none", "answer": None, "reference": None})) is None
