@@ -222,23 +222,31 @@ RATE = _words(r"\brate\b")  # also a noun ("the interest rate"): only with a max
 SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
 
 
+CONCEPTS = (("override", OVERRIDE), ("instructions", INSTRUCTIONS), ("score", SCORE), ("maximum", MAXIMUM),
+            ("award", AWARD), ("address", ADDRESS), ("rate", RATE))  # fmt: skip
+PAIRS = ({"override", "instructions"}, {"award", "score"}, {"award", "maximum"}, {"address", "score"},
+         {"address", "maximum"}, {"rate", "maximum"})  # fmt: skip
+
+
+def _pair(text: str) -> set | None:
+    """The first pair of concepts that `text` holds together, or None."""
+    found = {name for name, pat in CONCEPTS if pat.search(text)}
+    return next((need for need in PAIRS if need <= found), None)
+
+
 def _sentence_reason(s: str) -> str | None:
     """Why one sentence addresses the judge, or None."""
     if m := FORMAT.search(s):
         return f"the judge's own format {m.group(0)!r}"
-    found = {name for name, pat in (("override", OVERRIDE), ("instructions", INSTRUCTIONS), ("score", SCORE),
-                                    ("maximum", MAXIMUM), ("award", AWARD), ("address", ADDRESS), ("rate", RATE))
-             if pat.search(s)}  # fmt: skip
-    for need in ({"override", "instructions"}, {"award", "score"}, {"award", "maximum"}, {"address", "score"},
-                 {"address", "maximum"}, {"rate", "maximum"}):  # fmt: skip
-        if need <= found:
-            return f"an instruction about the grade ({' + '.join(sorted(need))})"
-    return None
+    need = _pair(s)
+    return f"an instruction about the grade ({' + '.join(sorted(need))})" if need else None
 
 
 def addresses_judge(text: str) -> str | None:
     """Why `text` (a completion) addresses the judge in some reading of it, or None."""
     for i, view in enumerate(views(text)):
+        if not FORMAT.search(view) and not _pair(view):
+            continue  # no pair anywhere in this reading: no sentence can hold one
         for s in SENTENCE.findall(view):
             if reason := _sentence_reason(s):
                 where = "as written" if i == 0 else "after normalising or decoding"
