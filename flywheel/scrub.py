@@ -168,7 +168,7 @@ class Scrubber:
         if isinstance(value, bool) or value is None or isinstance(value, float):
             return value
         if isinstance(value, int):  # {"card": 4111111111111111}
-            if is_card(str(abs(value))):
+            if self.defaults and is_card(str(abs(value))):
                 counts["card"] += 1
                 return "[REDACTED:card]"
             return value
