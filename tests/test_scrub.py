@@ -206,6 +206,11 @@ def test_user_patterns_alone_and_with_the_defaults():
         only.scrub("see TCK-991 by jane@example.com", Counter())
         == "see [REDACTED:ticket] by jane@example.com"
     )
+    kept = {"password": "x y", "card": 4111111111111111, "note": "TCK-7"}
+    assert only.scrub_value(kept, Counter()) == {
+        **kept,
+        "note": "[REDACTED:ticket]",
+    }  # no default rule at all
     both = Scrubber({"ticket": r"TCK-\d+"})
     counts = Counter()
     assert (
