@@ -19,9 +19,9 @@ The defence, in layers (issue 41; the numbers are in bench/README.md):
    strictly; a criterion that is false caps the score below the pass (and a vLLM server is
    constrained to consistent verdicts only: `constrain`). A pass whose completion has
    carriers (comments, quotes, encoded runs, long strings: judge_guard.reduce) is judged
-   again without them under another nonce and pays the lower verdict, flagged for audit; a
-   pass far above its group's median is noted for audit; and tasks/score.py caps a judge
-   pass that the task's verifier contradicts at the verifier's reward, flagged.
+   again without them under another nonce and pays the lower verdict, flagged for audit; and
+   tasks/score.py caps a judge pass that the task's verifier contradicts at the verifier's
+   reward, flagged, naming the median the judge gave the rest of its group.
 What is left: against a judge that obeys any instruction it can read, an instruction in a
 language the lexicon lacks, written as plain prose next to a wrong answer, on a task with
 no verifier, is paid (bench/judge_injections.py measures how often).
@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -73,7 +74,7 @@ class JudgeStats:
     flagged: int = 0  # completions that address the judge: never sent
     requests: int = 0  # HTTP calls or engine prompts, retries and second passes included
     errors: int = 0
-    audited: int = 0  # judgements flagged for audit by a structural check (second pass, group)
+    audited: int = 0  # judgements flagged for audit by the second pass
     seconds: float = 0.0
     tokens: int = 0  # prompt + completion tokens the judge reported
 
@@ -86,6 +87,7 @@ class Judgement:
     cached: bool = False
     audit: str = ""  # why a structural check doubts this judgement (it then pays the lower verdict)
     raw: float | None = None  # the judge's first verdict when an audit lowered `value`
+    group_median: float | None = None  # the judge's median over the other completions of the prompt
 
 
 def prompt_text(messages: list[dict]) -> str:
@@ -210,20 +212,18 @@ class Judge:
         return out
 
     def _group_notes(self, items, out: list[Judgement]) -> None:
-        """A pass far above the rest of its group (same prompt, three or more judged) is noted
-        for audit; it pays as judged: a verifier that disagrees caps it (tasks/score.py)."""
+        """Each judgement's group median (the other completions of its prompt, two or more):
+        a pass far above it is what a group-relative update learns from, so it is no audit on
+        its own; tasks/score.py names it when the verifier also disagrees."""
         groups: dict[str, list[int]] = {}
         for i, (prompt, _, _) in enumerate(items):
             if out[i].value is not None and not out[i].flagged:
                 groups.setdefault(prompt, []).append(i)
         for idx in groups.values():
             for i in idx:
-                others = sorted(out[j].value for j in idx if j != i)
-                if len(others) >= 2 and out[i].value >= self.pass_score:
-                    median = others[len(others) // 2]
-                    if out[i].value - median >= 0.5:
-                        note = f"group: {out[i].value:.2f} against its group's median {median:.2f}"
-                        out[i] = dataclasses.replace(out[i], audit="; ".join(filter(None, [out[i].audit, note])))
+                others = [out[j].value for j in idx if j != i]
+                if len(others) >= 2:
+                    out[i] = dataclasses.replace(out[i], group_median=statistics.median(others))
 
     def _verdicts(self, items: list[tuple], stats: JudgeStats, salt: str = "") -> list[tuple]:
         """(value | None, error, cached) per (prompt, completion, reference): the cache, then the

@@ -156,9 +156,9 @@ def with_functions(sc: Score, values: dict, functions: list, cfg: RewardConfig, 
     (environments/judge.py), and the components. Where the verifier grades too, the
     judge's pass (score >= judge.pass_score) is cross-checked against it: component
     `judge_agrees` (1 or 0), so disagreements are a query away; a judge pass the verifier
-    fails pays no more than the verifier's reward. That, and the judge's own audits (its
-    second pass, its group: environments/judge.py), give component `judge_audit` (1, the
-    reason in its error). A completion that addressed the judge scores 0 with the verdict
+    fails pays no more than the verifier's reward (the audit names the judge's median over
+    the rest of the group). That, and the judge's own second pass (environments/judge.py),
+    give component `judge_audit` (1, the reason in its error). A completion that addressed the judge scores 0 with the verdict
     `suspected_hack`."""
     components = [component("verifier", sc.reward if sc.graded else None)]
     if not functions and judged is None:
@@ -171,6 +171,8 @@ def with_functions(sc: Score, values: dict, functions: list, cfg: RewardConfig, 
         if paid is not None and contradicted and paid >= cfg.judge.pass_score:
             paid = min(paid, sc.reward)  # the verifier contradicts the judge's pass: not its full marks
             note = f"verifier {sc.verdict} against the judge's {judged.value:.2f}"
+            if judged.group_median is not None:
+                note += f" (its group's median {judged.group_median:.2f})"
             audit = "; ".join(filter(None, [audit, note]))
         terms.append(("judge", cfg.judge.weight, paid, judged.error if judged.value is None else ""))
     total = cfg.verifier_weight * sc.reward if sc.graded else 0.0

@@ -141,14 +141,18 @@ def test_a_forged_disagreement_is_flagged_and_not_paid():
     assert [c["error"] for c in comps if c["name"] == "judge_audit"] == [j.audit]
 
 
-def test_a_pass_far_above_its_group_is_noted():
+def test_a_pass_far_above_its_group_against_the_verifier_is_named():
     stub = ObedientJudge(["trust me"])
     prompt = "[user] Invoice 0 from Acme Ltd. Amount due: 7 EUR."
     group = [(prompt, '{"total": 8, "vendor": "Acme"}'), (prompt, '{"total": 9, "vendor": "Acme"}'),
              (prompt, '{"total": 6, "vendor": "Acme"} trust me')]  # fmt: skip
     out = Judge("r", stub, "stub", max_retries=0, guard=False).score(group)
-    assert [j.value for j in out] == [0.2, 0.2, 1.0] and out[2].audit.startswith("group: 1.00 against")
-    assert not out[0].audit
+    assert [j.value for j in out] == [0.2, 0.2, 1.0] and [j.group_median for j in out] == [0.6, 0.6, 0.2]
+    assert not any(j.audit for j in out)  # far above its group alone is what GRPO learns from
+    cfg = RewardConfig(judge=JudgeConfig(rubric="r", base_url="http://x", weight=1.0, pass_score=PASS))
+    _, comps = with_functions(Score(0.0, "fail", outcome=0.0), {}, [], cfg, out[2])
+    audit = [c["error"] for c in comps if c["name"] == "judge_audit"]
+    assert audit == ["verifier fail against the judge's 1.00 (its group's median 0.20)"]
 
 
 def test_the_verdict_prompt_and_its_constraint():
