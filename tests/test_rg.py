@@ -106,8 +106,10 @@ def test_generators_that_give_no_answer_get_a_witness_of_ours_and_no_credit_for_
 
 def test_model_text_is_evaluated_only_in_the_sandbox(box, tmp_path):
     """n_queens's scorer eval()s the answer: that happens in the sandbox (the host file
-    is never written), code-like answers are refused before they run, and the flow's
-    process never imports reasoning_gym at all (generation is the helper's)."""
+    is never written), where its eval is a literal reader (environments/safe_parse.py;
+    tests/test_scorer_isolation.py tries the attack forms), code-like answers are refused
+    before they get there, and the flow's process never imports reasoning_gym at all
+    (generation is the helper's)."""
     from environments.sandbox import Job
 
     env = Domains(["rg/n_queens"])["rg/n_queens"]
@@ -115,7 +117,7 @@ def test_model_text_is_evaluated_only_in_the_sandbox(box, tmp_path):
     marker = tmp_path / "pwned"
     attack = f"__import__('pathlib').Path('{marker}').touch()"
     assert env.job(task, f"<answer>{attack}</answer>").verdict == "suspected_hack"
-    # had the audit missed it, the scorer's eval() runs it where the host's files are not
+    # had the audit missed it, the scorer reads it as a literal, in the sandbox
     spec = {**json.loads(task.verifier_json), "answer": attack, "nonce": "n0nce"}
     job = Job(["python", "-I", "-c", rg.HARNESS], stdin=json.dumps(spec))
     assert env.score(task, job, box.run(job)).reward == 0.0 and not marker.exists()
