@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import re._compiler as sre_compile
 import re._constants as sre_c
 import re._parser as sre_parse
 from functools import lru_cache
@@ -38,6 +39,7 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 
 from flywheel.scrub_skeleton import skeleton, with_skeletons
 
+LOOK_MARGIN = 64  # characters past a possible match's end that a lookahead there may read
 WINDOW = 160  # the most characters a pattern with an unbounded repeat sees after its anchor
 JWT_WINDOW = 16_384  # JWTs with many claims run to several KB
 Span = tuple[int, int, str]
@@ -110,7 +112,38 @@ class Gated:
         self.pattern, self.kind = pattern, kind
         self.literals = required_literals(pattern) or ("",)  # "" is in every text
         self.icase = bool(pattern.flags & re.IGNORECASE)
-        self.min_len = sre_parse.parse(pattern.pattern, pattern.flags).getwidth()[0]
+        parsed = sre_parse.parse(pattern.pattern, pattern.flags)
+        self.min_len, self.max_len = parsed.getwidth()
+        # re scans fast for a pattern that starts with a literal; one that starts with a class,
+        # an alternation or (?i) is tried at every character (~20 ns each): such a pattern runs
+        # only in windows around its literal, found with str.find (see `matches`)
+        self.windowed = (
+            self.max_len < sre_c.MAXREPEAT
+            and all(self.literals)
+            and not sre_compile._get_literal_prefix(parsed, pattern.flags)[0]
+        )
+
+    def matches(self, text: str, low: str):
+        """The pattern's matches in `text`, the same as `finditer` over the whole text: every
+        match holds one of the literals, so it lies in [q - max_len, q + len + max_len) around an
+        occurrence q; windows that overlap or touch are merged, and each reaches LOOK_MARGIN past
+        that for a lookahead at a match's end (re reads before a window's start by itself)."""
+        hay = low if self.icase else text
+        if not self.windowed or (self.icase and len(low) != len(text)):
+            return self.pattern.finditer(text)
+        width = self.max_len
+        present = [(lit, n) for lit in self.literals if (n := hay.count(lit))]
+        if sum(n for _, n in present) * width >= len(text):  # windows would cover the text
+            return self.pattern.finditer(text)
+        starts = sorted(q for lit, _ in present for q in _find_all(hay, lit))
+        windows: list[list[int]] = []
+        for q in starts:
+            lo, hi = q - width, q + width + LOOK_MARGIN + max(map(len, self.literals))
+            if windows and lo <= windows[-1][1]:
+                windows[-1][1] = hi
+            else:
+                windows.append([max(0, lo), hi])
+        return (m for lo, hi in windows for m in self.pattern.finditer(text, lo, hi))
 
 
 def candidates(gated: list[Gated], text: str, low: str) -> list[Gated]:
@@ -220,7 +253,7 @@ def find_secrets(text: str, low: str) -> list[Span]:
     """`low` is `text.lower()` when that keeps every index (else the (?i) paths search `text`)."""
     spans: list[Span] = []
     for g in candidates(FULL, text, low):
-        for m in g.pattern.finditer(text):  # a group that ends the match is the secret (AWS's context one)
+        for m in g.matches(text, low):  # a group that ends the match is the secret (AWS's context one)
             grp = m.lastindex if m.lastindex and m.end(m.lastindex) >= m.end() - 1 else 0
             spans.append((m.start(grp), _token_end(text, m.end(grp)), g.kind))
     for anchor in candidates(ANCHORS, text, low):

@@ -5,6 +5,7 @@ that keeps it linear. Real libraries throughout (detect-secrets, phonenumbers, s
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections import Counter
 from pathlib import Path
@@ -239,6 +240,28 @@ def test_linear_by_construction():
     assert {n.split(":")[0] for n in scrub_detectors.NOT_RUN} == {
         "ArtifactoryDetector", "CloudantDetector", "IbmCosHmacDetector", "IbmCloudIamDetector", "NpmDetector",
         "SoftlayerDetector"}  # fmt: skip
+
+
+def test_windowed_patterns_find_what_a_whole_text_scan_finds():
+    """A pattern that re would try at every character runs only in windows around its literal:
+    on texts with its matches near the windows' edges, next to each other, amid prose and look-alike
+    noise, the windows give the very matches of `finditer` over the whole text."""
+    windowed = [g for g in scrub_detectors.FULL if g.windowed]
+    assert {g.kind for g in windowed} >= {"api_key", "stripe_access_key", "telegram_bot_token"}
+    rng = random.Random(7)
+    token = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(300))
+    pieces = [
+        "sk_live_" + token[:30], "rk_live_" + token[:24], "sk-proj-" + token[:60], "-sk-" + token[:40],
+        "12345678:" + token[:35] + "_-" + token[:8], "9" * 11 + ":" + token[:36], token[:32] + "-us12",
+        "MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs", "AWS key: '" + token[:40] + "'",
+        "aws_secret = \"" + token[:40] + "\"", "ok. 14:30 v1.2.3 sk- pk- k_live_ :", " ", "\n", "_", "x" * 200,
+    ]
+    for _ in range(400):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
+        low = text.lower()
+        for g in windowed:
+            assert [m.span() for m in g.matches(text, low)] == [m.span() for m in g.pattern.finditer(text)], (
+                g.pattern.pattern, text)
 
 
 def test_hostile_repetitions_are_scrubbed_without_blowing_up():
