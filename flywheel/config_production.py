@@ -64,10 +64,13 @@ class JudgeConfig(Section):
     max_retries: int = Field(2, ge=0, description="Retries of a failed or nonsense answer before an error component.")
     timeout_s: float = Field(60.0, gt=0)
     max_concurrency: int = Field(8, ge=1)
-    max_tokens: int = Field(16, ge=1, description="The judge's reply length (SCORE: N fits in a few tokens).")
+    max_tokens: int = Field(
+        48, ge=1, description="The judge's reply length; at least 40 are asked for (its verdict object, "
+        '`{"matches_reference", "meets_rubric", "score"}`, is ~25 tokens).',
+    )
     constrain: bool = Field(
-        True, description="openai backend: ask the server to constrain the reply to `SCORE: 0..scale` (vLLM's "
-        "structured_outputs); off for endpoints that reject the field.",
+        True, description="openai backend: ask the server to constrain the reply to a consistent verdict object "
+        "(vLLM's structured_outputs); off for endpoints that reject the field.",
     )
 
     @model_validator(mode="after")

@@ -65,7 +65,7 @@ def test_production_log_to_deployed_policy(tiny_model, vllm_server, prefect_serv
         workloads={"invoices": {"verifier": "json_fields"}},
         generation={"k": 2, "max_tokens": 24},
         trainer={"drop_zero_variance_groups": False, "learning_rate": 1e-2, "weight_decay": 0.5},
-        # the tiny model as the judge, its replies constrained to SCORE: N by the server
+        # the tiny model as the judge, its replies constrained to a verdict object by the server
         reward={"judge": {"rubric": "Are total and vendor right?", "base_url": server.url, "max_retries": 0}},
         eval={"suites": [], "in_run_tasks_per_level": 4},
     )  # fmt: skip
