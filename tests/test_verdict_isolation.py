@@ -342,3 +342,28 @@ def test_the_prompts_helpers_come_from_the_prompt_not_the_completion(box, tmp_pa
     score = _score(box, env, task, cheat)
     assert (score.verdict, score.tests_passed) == ("fail", 0), score
     assert _score(box, env, task, "def square(x):\n    return x * x").verdict == "pass"
+
+
+def test_the_docker_backend_isolates_the_same_way(task_env, no_audit):
+    """The same harness in the docker sandbox (the production backend): a container's python
+    can make the parent non-dumpable and spawn the solution's process, so honest solutions
+    pass, every attack fails, and the probe sees the same walls. Skips without a docker engine
+    (CI sets FLYWHEEL_REQUIRE_DOCKER=1, so there it fails instead)."""
+    from tests.sandbox_fixtures import make_box
+
+    env, task = task_env
+    box = make_box("docker", Limits(wall_s=20), 2)
+    try:
+        assert _score(box, env, task, env.reference(task)[0]["content"]).verdict == "pass"
+        bodies = [ATTACKS[name] for name in sorted(ATTACKS)]
+        jobs = [env.job(task, "```python\n" + body + "\n```") for body in bodies]
+        scores = [env.score(task, j, r) for j, r in zip(jobs, box.map(jobs))]
+        won = [name for name, s in zip(sorted(ATTACKS), scores) if s.verdict == "pass" or s.tests_passed]
+        assert won == [], won
+        job = CODE.job(CODE_TASK, "```python\n" + PROBE.format(entry=CODE_ENTRY) + "\n```")
+        outputs, report, problem = read_report(job, box.run(job))
+        seen = json.loads(outputs[0])
+        assert seen["mem"] == seen["fd"] == seen["environ"] == "PermissionError", seen
+        assert json.loads(job.stdin)["nonce"][:8] not in seen["hex_prefixes"], seen
+    finally:
+        box.close()
