@@ -17,6 +17,7 @@ the float32 one, and each bf16 / float32 ratio (matmul, RL step, SFT step).
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from pathlib import Path
@@ -63,7 +64,8 @@ def step_times(model: str, bf16: bool, batch_args) -> tuple[dict, dict, dict]:
     shape = {"params": params, "hidden": hf.hidden_size, "inter": hf.intermediate_size,
              "extra_forwards": 1 if cfg.kl_coef > 0 else 0, "micro": cfg.micro_batch_tokens}  # fmt: skip
     tokens = sum(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
-    del trainer  # one trainer's weights and optimizer in memory at a time
+    del trainer  # one trainer in memory at a time (a run without this collect peaked at 13.7 GB RSS)
+    gc.collect()
     return best, shape, {"sequences": len(batch), "tokens": tokens}
 
 
