@@ -112,6 +112,7 @@ class RewardFunction:
     attr: str
     sources: dict[str, str] = field(repr=False, hash=False, compare=False)
     range: tuple[float, float] = DEFAULT_RANGE  # used unless the function declares `reward_range`
+    range_given: bool = False  # the range came from the config (reward.functions[].range): it wins
 
 
 def _sources(module: str, name: str) -> dict[str, str]:
@@ -154,7 +155,7 @@ def load(specs: list[tuple]) -> list[RewardFunction]:
         bounds = checked_range(rest[0]) if rest else DEFAULT_RANGE
         if isinstance(bounds, str):
             raise RewardFunctionError(f"reward function {name}: {bounds}")
-        out.append(RewardFunction(name, weight, module, attr, _sources(module, name), bounds))
+        out.append(RewardFunction(name, weight, module, attr, _sources(module, name), bounds, bool(rest)))
     return out
 
 
@@ -173,7 +174,7 @@ def _bounds(fn: RewardFunction, report: dict) -> tuple[float, float] | str:
     declared = report.get("range")
     if isinstance(declared, dict):
         return f"its range must be (low, high), not {str(declared.get('not_a_range'))[:100]}"
-    return fn.range if declared is None else checked_range(declared)
+    return fn.range if declared is None or fn.range_given else checked_range(declared)
 
 
 def _job(fn: RewardFunction, items: list[dict], timeout_s: int, probe: bool = False) -> Job:

@@ -74,7 +74,7 @@ def preflight(config: FlywheelConfig) -> None:
     try:
         check_inputs(config, say=typer.echo)
         build_domains(config)
-        load([(f.name, f.weight) for f in config.reward.functions])
+        load([f.spec() for f in config.reward.functions])
     except (ModelError, LakeError, DomainError, RewardFunctionError, LoraTargetError) as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2)

@@ -162,6 +162,15 @@ class RewardFunctionConfig(Section):
         description="pkg.module:function, called as fn(prompts, completions, **columns) (TRL's convention).",
     )
     weight: float = 1.0
+    range: tuple[float, float] | None = Field(
+        None,
+        description="The values the function may return, [low, high]; null: the function's own `reward_range` "
+        "attribute, else [-1, 1]. A value outside it, or not finite, is an error on that trajectory, never a reward.",
+    )
+
+    def spec(self) -> tuple:
+        """What environments.reward_functions.load takes."""
+        return (self.name, self.weight) if self.range is None else (self.name, self.weight, self.range)
 
 
 class RewardConfig(Section):

@@ -54,7 +54,7 @@ class Runtime:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.base_model, self.lake = check_inputs(config, say)
         self.domains = build_domains(config)
-        functions = reward_functions.load([(f.name, f.weight) for f in config.reward.functions])
+        functions = reward_functions.load([f.spec() for f in config.reward.functions])
         warmup = tuple(dict.fromkeys(e.sandbox_warmup for e in self.domains if e.sandbox_warmup))
         self.sandbox = make_sandbox(config.sandbox, warmup)
         try:

@@ -94,7 +94,7 @@ class ShardParts:
     def reward_functions(self) -> list:
         from environments import reward_functions
 
-        specs = [(f.name, f.weight) for f in self.config.reward.functions]
+        specs = [f.spec() for f in self.config.reward.functions]
         return _part(("rewards", repr(specs)), lambda: reward_functions.load(specs))
 
     @property

@@ -156,3 +156,17 @@ def test_values_outside_the_range_are_refused_on_that_trajectory_only(module_dir
     assert rf.evaluate(box, bad, [item("x")])[0]["my_rewards:bad_range"][0] is None
     with pytest.raises(rf.RewardFunctionError, match=r"no_range: reward_range: its range must be \(low, high\), not 12"):
         rf.probe(box, rf.load([("my_rewards:no_range", 1.0)]))
+
+
+def test_a_range_in_the_config_wins_over_the_functions_own(module_dir, box):
+    """reward.functions[].range is the user's last word: uses_columns declares (0, 2), the
+    config narrows it to (0, 1), so its 1.02 is refused; without a config range it stands."""
+    from flywheel.config import RewardFunctionConfig
+
+    items = [item("5", answer=5, level=2)]
+    narrowed = RewardFunctionConfig(name="my_rewards:uses_columns", range=(0, 1))
+    (fn,) = rf.load([narrowed.spec()])
+    value, why = rf.evaluate(box, [fn], items)[0]["my_rewards:uses_columns"]
+    assert value is None and "outside its range [0, 1]" in why
+    (own,) = rf.load([RewardFunctionConfig(name="my_rewards:uses_columns").spec()])
+    assert rf.evaluate(box, [own], items)[0]["my_rewards:uses_columns"] == (1.02, "")
