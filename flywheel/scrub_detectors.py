@@ -250,7 +250,7 @@ PATTERNS = [g.pattern for g in FULL] + [BEARER, BASIC, BEARER_I, BASIC_I, TOKEN_
 
 
 # what each path of find_secrets looks for before it runs, in the text and in its lower-cased form:
-# a short ASCII text with none of these holds no secret, and costs two searches, not ~80 `in` checks
+# a short text with none of these holds no secret, and costs two searches, not ~80 `in` checks
 IN_TEXT = ("://", "eyJ", "PRIVATE KEY", "PuTTY-User-Key")
 IN_LOW = ("bearer", "basic") + STEMS + CONTEXT_STEMS
 GATE_CHARS = 512  # texts up to this long are gated (keys, ids, short values: most strings of a record)
@@ -260,16 +260,18 @@ GATE_TEXT, GATE_LOW = (
         {lit for g in _gated if g.icase == icase for lit in g.literals if len(lit) > 1} | set(extra)))))
     for icase, extra in ((False, IN_TEXT), (True, IN_LOW))
 )  # fmt: skip
-GATE_ONE_CHAR = [(g.literals, g.min_len) for g in _gated if min(map(len, g.literals)) == 1]
+# a pattern whose literal is one common character ('.', ':') is itself the test: bounded, on a short text
+GATE_SEARCHED = [g for g in _gated if min(map(len, g.literals)) == 1]
 GATE_OPEN = any("" in g.literals for g in _gated)  # a pattern without a literal: every text may match
 
 
 def may_hold_secret(text: str, low: str) -> bool:
-    """False only when no path of find_secrets can find anything in the (short, ASCII) text."""
-    if GATE_OPEN or not text.isascii() or GATE_TEXT.search(text) or GATE_LOW.search(low):
+    """False only when no path of find_secrets can find anything in the text (`low` the same length:
+    else the (?i) paths read the text itself, and the gate stays open)."""
+    if GATE_OPEN or len(low) != len(text) or GATE_TEXT.search(text) or GATE_LOW.search(low):
         return True
     n = len(text)
-    return any(n >= min_len and any(lit in text for lit in lits) for lits, min_len in GATE_ONE_CHAR)
+    return any(n >= g.min_len and g.pattern.search(text) for g in GATE_SEARCHED)
 
 
 def find_secrets(text: str, low: str) -> list[Span]:

@@ -265,7 +265,7 @@ def test_windowed_patterns_find_what_a_whole_text_scan_finds():
 
 
 def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
-    """find_secrets skips a short ASCII text whose lower-cased form holds none of the literals and
+    """find_secrets skips a short text whose lower-cased form holds none of the literals and
     words its paths look for: on every case of this file and on their pieces and neighbours, the
     gated result is the ungated one; the gate does close on a record's usual keys and ids."""
     texts = [t for t, _, _ in SECRET_CASES] + [
@@ -274,13 +274,16 @@ def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
         "pypi-AgEIcHlwaS5vcmcCJGE0", "AccountKey=" + "a" * 88, "Passwort: Sommer2026", "SG." + "a" * 22 + "." + "b" * 43,
         "id eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI0MiJ9.c2lnbmF0dXJl", "Bearer Zk3jQ9xLm2Np8Rt5", "ssh://u:p4ss@h",
         "-----BEGIN RSA PRIVATE KEY-----\nMIIEow", "PuTTY-User-Key-File-2: ssh-rsa", "xoxb-1234-5678-abcdEFGH",
+        "İstanbul ofisi: password = hunter2x", "Grüße, Kennwort: Frühling2026", "パスワード: himitsu-42",
     ]  # fmt: skip
     texts += [t[i : i + n] for t in list(texts) for n in (8, 20, 45, 70) for i in range(0, max(1, len(t) - n), 7)]
     gated = [scrub_detectors.find_secrets(t, t.lower()) for t in texts]
     monkeypatch.setattr(scrub_detectors, "GATE_CHARS", 0)
     assert gated == [scrub_detectors.find_secrets(t, t.lower()) for t in texts]
     assert sum(map(bool, gated)) >= len(SECRET_CASES)
-    for key in ("timestamp", "workload_id", "assistant", "INV-54254", "Acme Ltd", "2026-11-30", "lookup"):
+    for key in ("timestamp", "workload_id", "assistant", "INV-54254", "Acme Ltd", "2026-11-30", "lookup",
+                "Bitte prüfen Sie die Bestellung vom 2026-11-30.", "注文番号 の配送状況を確認しました。",
+                "The invoice INV-77 from Acme lists 3 items, total 1,250.00 EUR, due 2026-11-30."):  # fmt: skip
         assert not scrub_detectors.may_hold_secret(key, key.lower())
 
 
