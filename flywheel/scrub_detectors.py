@@ -255,11 +255,30 @@ IN_TEXT = ("://", "eyJ", "PRIVATE KEY", "PuTTY-User-Key")
 IN_LOW = ("bearer", "basic") + STEMS + CONTEXT_STEMS
 GATE_CHARS = 512  # texts up to this long are gated (keys, ids, short values: most strings of a record)
 _gated = FULL + ANCHORS
+
+
+def any_of(words) -> str:
+    """A regex that finds any of `words`, as a trie ("a(?:ws|uth)"): re tries one branch per
+    character instead of one per word (~2x faster); a word holding another is left out."""
+    words = {w for w in words if not any(o != w and o in w for o in words)}
+    tree: dict = {}
+    for w in words:
+        node = tree
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # a word ends here (and, being minimal, no longer one goes on)
+
+    def emit(node: dict) -> str:
+        alts = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        return alts[0] if len(alts) == 1 else f"(?:{'|'.join(alts)})" if alts else ""
+
+    return emit(tree)
+
+
 GATE_TEXT, GATE_LOW = (
-    re.compile("|".join(map(re.escape, sorted(
-        {lit for g in _gated if g.icase == icase for lit in g.literals if len(lit) > 1} | set(extra)))))
+    re.compile(any_of({lit for g in _gated if g.icase == icase for lit in g.literals if len(lit) > 1} | set(extra)))
     for icase, extra in ((False, IN_TEXT), (True, IN_LOW))
-)  # fmt: skip
+)
 # a pattern whose literal is one common character ('.', ':') is itself the test: bounded, on a short text
 GATE_SEARCHED = [g for g in _gated if min(map(len, g.literals)) == 1]
 GATE_OPEN = any("" in g.literals for g in _gated)  # a pattern without a literal: every text may match
@@ -271,7 +290,7 @@ def may_hold_secret(text: str, low: str) -> bool:
     if GATE_OPEN or len(low) != len(text) or GATE_TEXT.search(text) or GATE_LOW.search(low):
         return True
     n = len(text)
-    return any(n >= g.min_len and g.pattern.search(text) for g in GATE_SEARCHED)
+    return any(n >= g.min_len and g.literals[0] in text and g.pattern.search(text) for g in GATE_SEARCHED)
 
 
 def find_secrets(text: str, low: str) -> list[Span]:

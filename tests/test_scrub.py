@@ -277,6 +277,8 @@ def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
         "İstanbul ofisi: password = hunter2x", "Grüße, Kennwort: Frühling2026", "パスワード: himitsu-42",
     ]  # fmt: skip
     texts += [t[i : i + n] for t in list(texts) for n in (8, 20, 45, 70) for i in range(0, max(1, len(t) - n), 7)]
+    assert re.findall(scrub_detectors.any_of(["ab", "abc", "b", "xy", "xyz", "q.r"]), "ab xyz qqr q.r") == [
+        "b", "xy", "q.r"]  # fmt: skip
     gated = [scrub_detectors.find_secrets(t, t.lower()) for t in texts]
     monkeypatch.setattr(scrub_detectors, "GATE_CHARS", 0)
     assert gated == [scrub_detectors.find_secrets(t, t.lower()) for t in texts]
