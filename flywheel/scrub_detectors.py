@@ -290,7 +290,9 @@ def may_hold_secret(text: str, low: str) -> bool:
     if GATE_OPEN or len(low) != len(text) or GATE_TEXT.search(text) or GATE_LOW.search(low):
         return True
     n = len(text)
-    return any(n >= g.min_len and g.literals[0] in text and g.pattern.search(text) for g in GATE_SEARCHED)
+    return any(
+        n >= g.min_len and any(lit in text for lit in g.literals) and g.pattern.search(text) for g in GATE_SEARCHED
+    )
 
 
 def find_secrets(text: str, low: str) -> list[Span]:
