@@ -250,10 +250,10 @@ PATTERNS = [g.pattern for g in FULL] + [BEARER, BASIC, BEARER_I, BASIC_I, TOKEN_
 
 
 # what each path of find_secrets looks for before it runs, in the text and in its lower-cased form:
-# a short text with none of these holds no secret, and costs two searches, not ~80 `in` checks
+# a text with none of these holds no secret, and costs two searches, not ~80 `in` checks
 IN_TEXT = ("://", "eyJ", "PRIVATE KEY", "PuTTY-User-Key")
 IN_LOW = ("bearer", "basic") + STEMS + CONTEXT_STEMS
-GATE_CHARS = 512  # texts up to this long are gated (keys, ids, short values: most strings of a record)
+GATE_CHARS = 65_536  # texts up to this long are gated: a longer one holds some trigger word anyway
 _gated = FULL + ANCHORS
 
 
