@@ -79,13 +79,14 @@ def required_literals(pattern: re.Pattern) -> tuple[str, ...] | None:
 
 
 def _literals(items) -> tuple[str, ...] | None:
-    best, run = None, ""
+    best, run = None, ("",)  # run: the strings the items read so far can spell, one of them matched
     for op, arg in [*items, (None, None)]:
-        if op is sre_c.LITERAL:
-            run += chr(arg)
+        fixed = _fixed([(op, arg)]) if op is not None else None
+        if fixed is not None and len(run) * len(fixed) <= MAX_SPELLINGS:  # "(ghp|gho)_" -> ghp_, gho_
+            run = tuple(dict.fromkeys(r + f for r in run for f in fixed))
             continue
-        options = (run,) if run else None
-        run = ""
+        options = run if min(map(len, run)) > 0 else None
+        run = ("",)
         if op is sre_c.SUBPATTERN:
             options = _better(options, _literals(arg[-1]))
         elif op is sre_c.BRANCH:
@@ -96,6 +97,31 @@ def _literals(items) -> tuple[str, ...] | None:
             options = _better(options, _literals(arg[2]))
         best = _better(best, options)
     return best
+
+
+MAX_SPELLINGS = 32
+
+
+def _fixed(items) -> tuple[str, ...] | None:
+    """The strings `items` can match when they are few (literals, small character sets, groups and
+    alternations of them); None otherwise."""
+    out: tuple[str, ...] = ("",)
+    for op, arg in items:
+        if op is sre_c.LITERAL:
+            alts = (chr(arg),)
+        elif op is sre_c.IN and all(o is sre_c.LITERAL for o, _ in arg):
+            alts = tuple(chr(a) for _, a in arg)
+        elif op is sre_c.SUBPATTERN:
+            alts = _fixed(arg[-1])
+        elif op is sre_c.BRANCH:
+            subs = [_fixed(b) for b in arg[1]]
+            alts = None if None in subs else tuple(x for sub in subs for x in sub)
+        else:
+            return None
+        if alts is None or len(out) * len(alts) > MAX_SPELLINGS:
+            return None
+        out = tuple(o + a for o in out for a in alts)
+    return out
 
 
 def _better(a, b):

@@ -275,8 +275,11 @@ def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
         "id eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI0MiJ9.c2lnbmF0dXJl", "Bearer Zk3jQ9xLm2Np8Rt5", "ssh://u:p4ss@h",
         "-----BEGIN RSA PRIVATE KEY-----\nMIIEow", "PuTTY-User-Key-File-2: ssh-rsa", "xoxb-1234-5678-abcdEFGH",
         "İstanbul ofisi: password = hunter2x", "Grüße, Kennwort: Frühling2026", "パスワード: himitsu-42",
+        "ci glpat-abcdefghij0123456789 ok", "gho_" + "a1" * 18, "xoxp-1234-5678-abcdEFGH",
     ]  # fmt: skip
     texts += [t[i : i + n] for t in list(texts) for n in (8, 20, 45, 70) for i in range(0, max(1, len(t) - n), 7)]
+    # literals spelled out from small sets and groups: "(ghp|gho)_" needs "ghp_" or "gho_", not just "gh"
+    assert scrub_detectors.required_literals(re.compile(r"x?(ghp|gh[ou])_\w{3}")) == ("ghp_", "gho_", "ghu_")
     assert re.findall(scrub_detectors.any_of(["ab", "abc", "b", "xy", "xyz", "q.r"]), "ab xyz qqr q.r") == [
         "b", "xy", "q.r"]  # fmt: skip
     gated = [scrub_detectors.find_secrets(t, t.lower()) for t in texts]
@@ -285,7 +288,8 @@ def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
     assert sum(map(bool, gated)) >= len(SECRET_CASES)
     for key in ("timestamp", "workload_id", "assistant", "INV-54254", "Acme Ltd", "2026-11-30", "lookup",
                 "Bitte prüfen Sie die Bestellung vom 2026-11-30.", "注文番号 の配送状況を確認しました。",
-                "The invoice INV-77 from Acme lists 3 items, total 1,250.00 EUR, due 2026-11-30."):  # fmt: skip
+                "The invoice INV-77 from Acme lists 3 items, total 1,250.00 EUR, due 2026-11-30.",
+                "I checked the right invoice through the global portal; English only."):  # fmt: skip
         assert not scrub_detectors.may_hold_secret(key, key.lower())
 
 
