@@ -138,7 +138,7 @@ _gated = FULL + ANCHORS
 
 
 GATE_TEXT, GATE_LOW = (
-    re.compile(any_of({lit for g in _gated if g.icase == ic for lit in g.literals if len(lit) > 1} | set(words)))
+    re.compile(any_of({x for g in _gated if g.icase == ic for x in g.literals if len(x) > 1} | {*words}))
     for ic, words in ((False, IN_TEXT), (True, IN_LOW))
 )
 # a pattern whose literal is one common character ('.', ':', 'M') is itself the test: it is bounded
