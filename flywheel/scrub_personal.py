@@ -28,6 +28,7 @@ from flywheel.scrub_skeleton import with_skeletons
 GUESS_REGIONS = ("US", "GB", "DE", "FR", "IN", "BR", "JP", "ES", "IT", "MX", "CA", "AU", "NL", "CN", "RU",
                  "KR", "PL", "TR", "SE", "CH", "AT", "BE", "PT", "IE", "ZA", "AR", "CO", "NG", "PH", "ID")  # fmt: skip
 MARGIN = 40  # characters around a run of digits that the number patterns may still need
+GAP = 2000  # runs of digits this close share one window: one long window costs less than many short ones
 
 EMAIL = re.compile(r"[\w.%+-][\w.%+'-]{0,63}@[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}\.[^\W\d_]{2,24}(?![\w-])")
 DIGIT_RUN = re.compile(r"[0-9](?:[ ().\-/]{0,3}[0-9]){6,40}")  # where a number may be: 7 digits or more
@@ -54,12 +55,15 @@ def find_personal(text: str) -> list[tuple[int, int, str]]:
     if not text.isascii() or sum(map(text.count, "0123456789")) >= 7:  # other scripts' digits: no shortcut
         runs = []
         for m in DIGIT_RUN.finditer(text):
-            runs.append((m.start() - MARGIN, m.end() + MARGIN, m.end() - m.start() >= 12))
+            start, end = m.span()
+            runs.append((start - MARGIN, end + MARGIN, end - start >= 12))
             if m.group().isdigit() and _bare_phone(text, m):
-                spans.append((m.start(), m.end(), "phone"))
-        for lo, hi, long in _windows(
-            runs, gap=2000
-        ):  # cards have 13+ digits, IBANs 11+ after the check digits
+                spans.append((start, end, "phone"))
+        if runs and len(text) <= GAP:  # every run within GAP of the next: one window, as _windows makes
+            windows = [[max(0, runs[0][0]), runs[-1][1], any(r[2] for r in runs)]]
+        else:
+            windows = _windows(runs, gap=GAP)
+        for lo, hi, long in windows:  # cards have 13+ digits, IBANs 11+ after the check digits
             spans += (_cards(text, lo, hi) + _ibans(text, lo, hi) if long else []) + _phones(text, lo, hi)
     return spans
 
