@@ -93,6 +93,10 @@ class Tally(dict):
     def __missing__(self, kind: str) -> int:
         return 0
 
+    def update(self, other) -> None:  # adds, as Counter.update does (a nested JSON string's counts)
+        for kind, n in other.items():
+            self[kind] += n
+
 
 class ScrubError(ValueError):
     """A pattern of the config that does not compile."""

@@ -277,7 +277,7 @@ def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
         "İstanbul ofisi: password = hunter2x", "Grüße, Kennwort: Frühling2026", "パスワード: himitsu-42",
         "ci glpat-abcdefghij0123456789 ok", "gho_" + "a1" * 18, "xoxp-1234-5678-abcdEFGH",
     ]  # fmt: skip
-    texts += [t[i : i + n] for t in list(texts) for n in (8, 20, 45, 70) for i in range(0, max(1, len(t) - n), 7)]
+    texts += [t[i : i + n] for t in list(texts) for n in (8, 20, 45, 70) for i in range(0, len(t) - n + 1, 7)]
     # literals spelled out from small sets and groups: "(ghp|gho)_" needs "ghp_" or "gho_", not just "gh"
     assert scrub_detectors.required_literals(re.compile(r"x?(ghp|gh[ou])_\w{3}")) == ("ghp_", "gho_", "ghu_")
     assert re.findall(scrub_detectors.any_of(["ab", "abc", "b", "xy", "xyz", "q.r"]), "ab xyz qqr q.r") == [
@@ -291,6 +291,18 @@ def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
                 "The invoice INV-77 from Acme lists 3 items, total 1,250.00 EUR, due 2026-11-30.",
                 "I checked the right invoice through the global portal; English only."):  # fmt: skip
         assert not scrub_detectors.may_hold_secret(key, key.lower())
+
+
+def test_counts_add_up_through_nested_json_and_long_escaped_values():
+    """Each redaction counts once however deep it sits: a JSON string inside a JSON argument, and a
+    long value (not cached) whose escape hides an address, beside another address."""
+    inner = json.dumps({"to": "bob@example.com"})
+    body = "x " * 1100 + "mail carl\\u0040example.com"
+    args = json.dumps({"cc": "ann@example.com", "payload": inner, "body": body})
+    counts = Counter()
+    out = Scrubber().scrub_value({"arguments": args}, counts)
+    assert counts == {"email": 3}, counts
+    assert "example.com" not in json.dumps(out)
 
 
 def test_hostile_repetitions_are_scrubbed_without_blowing_up():
