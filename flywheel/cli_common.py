@@ -45,6 +45,7 @@ def live_display(config: FlywheelConfig | None = None, verbose: bool = False, lo
     libraries' output goes to <run dir>/<log_name> (unless `verbose`) and Ctrl-C or
     SIGTERM stop the run cleanly (flywheel/console.py)."""
     from flywheel.console import run_console
+    from flywheel.progress import reporter as current_reporter
     from flywheel.progress import set_reporter
     from flywheel.progress_lines import display_reporter
 
@@ -52,12 +53,14 @@ def live_display(config: FlywheelConfig | None = None, verbose: bool = False, lo
         terminal = None
         if config is not None:
             terminal = stack.enter_context(run_console(config.run_dir / log_name, verbose))
+        before = current_reporter()
         reporter = display_reporter(terminal)  # bars on a terminal, flushed lines on a pipe or file
         set_reporter(reporter)
         try:
             yield reporter
         finally:
             reporter.stop()
+            set_reporter(before)  # a later flow in this process (a notebook, tests) must not write here
 
 
 def preflight(config: FlywheelConfig) -> None:

@@ -40,8 +40,11 @@ class LineReporter(Reporter):
 
     def line(self, text: str) -> None:
         stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
-        self.file.write(f"{stamp} {text}\n")
-        self.file.flush()
+        try:
+            self.file.write(f"{stamp} {text}\n")
+            self.file.flush()
+        except (ValueError, OSError):  # the stream was closed under us: progress never fails a run
+            pass
 
     def start(self, name, total):
         state = {"t0": time.monotonic(), "last": time.monotonic(), "done": 0, "total": total}

@@ -33,9 +33,11 @@ def test_the_loop_takes_its_cycles_lazily(monkeypatch, tmp_path):
     monkeypatch.setattr(fw, "get_run_logger", lambda: logging.getLogger("test"))
     monkeypatch.setattr(fw, "_cold_start", noop)
     monkeypatch.setattr(fw, "publish_cycle", noop)
+    monkeypatch.setattr(fw.zero_signal, "signal_rows", lambda con, cycle: [])  # no lake behind this Runtime
+    monkeypatch.setattr(fw, "connect", noop)
     monkeypatch.setattr(fw.Tracker, "from_config", lambda cfg: SimpleNamespace(cycle=noop, close=noop))
     monkeypatch.setattr(
-        fw, "Runtime", lambda cfg, say: SimpleNamespace(close=noop, engine_version=0, run_dir=tmp_path)
+        fw, "Runtime", lambda cfg, say: SimpleNamespace(close=noop, engine_version=0, run_dir=tmp_path, lake=None, run_id="r")
     )
     monkeypatch.setattr(
         fw, "UpdatePipeline", lambda rt, lag: SimpleNamespace(drain=noop, take_metrics=dict, abandon=noop)
