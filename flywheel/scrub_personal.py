@@ -6,8 +6,10 @@ phone numbers (any region when written with + or 00; national formats against GU
 prefix). Kept: dates, times, amounts, versions, IP addresses, git SHAs, and bare digit runs (order
 ids, timestamps) unless a word such as "phone" or "call" comes just before them.
 
-Fast and linear: the number detectors run only inside windows around runs of digits that one
-bounded pattern finds (a text without digits costs one count), emails only around an '@'.
+Fast and linear: one bounded pattern finds the runs of digits (a text without digits costs one
+count); each run is sorted once into what it may be, and each number pattern runs only in windows
+around the runs that may hold its kind (`find_personal` says why each test is safe); emails only
+around an '@'.
 
 Not done: names and street addresses (an NER model's job), numbers written in words, national
 numbers of regions outside GUESS_REGIONS written without + or 00.
@@ -29,6 +31,7 @@ GUESS_REGIONS = ("US", "GB", "DE", "FR", "IN", "BR", "JP", "ES", "IT", "MX", "CA
                  "KR", "PL", "TR", "SE", "CH", "AT", "BE", "PT", "IE", "ZA", "AR", "CO", "NG", "PH", "ID")  # fmt: skip
 MARGIN = 40  # characters around a run of digits that the number patterns may still need
 GAP = 2000  # runs of digits this close share one window: one long window costs less than many short ones
+SMALL_GAP = 200  # the same for the card and phone windows, around far fewer runs
 
 EMAIL = re.compile(r"[\w.%+-][\w.%+'-]{0,63}@[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}\.[^\W\d_]{2,24}(?![\w-])")
 DIGIT_RUN = re.compile(r"[0-9](?:[ ().\-/]{0,3}[0-9]){6,40}")  # where a number may be: 7 digits or more
@@ -47,25 +50,60 @@ DATE_SHAPE = re.compile(r"\(?(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2
 IP_SHAPE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 PHONE_WORDS = re.compile("(?i)(?:" + with_skeletons("tel|phone|call|mobile|cell|fax|whatsapp|sms|handy|telefon|telefono|"
                          "téléphone|portable|número|numero|nummer|номер|電話|电话") + r")\W{0,12}$")  # fmt: skip
-PATTERNS = (EMAIL, DIGIT_RUN, CARD, IBAN, PHONE, DATE_SHAPE, IP_SHAPE, PHONE_WORDS)  # run over whole texts
+DATE_RUN = re.compile(r"[0-9]{4}[-/.][0-9]{1,2}[-/.][0-9]{1,2}")  # the dates PHONE's lookahead excludes
+OTHER_DIGIT = re.compile(r"[^\D0-9]")  # a digit that is not ASCII
+PATTERNS = (EMAIL, DIGIT_RUN, CARD, IBAN, PHONE, DATE_SHAPE, IP_SHAPE, PHONE_WORDS, DATE_RUN, OTHER_DIGIT)
 
 
 def find_personal(text: str) -> list[tuple[int, int, str]]:
     spans = _emails(text) if "@" in text else []
     if not text.isascii() or sum(map(text.count, "0123456789")) >= 7:  # other scripts' digits: no shortcut
-        runs = []
+        runs, cards, phones, last = [], [], [], -9
+        # CARD reads \d: with digits of other scripts (that the skeleton left) it runs where it did
+        # before, in every window with a long run
+        any_card = not text.isascii() and OTHER_DIGIT.search(text) is not None
         for m in DIGIT_RUN.finditer(text):
             start, end = m.span()
-            runs.append((start - MARGIN, end + MARGIN, end - start >= 12))
-            if m.group().isdigit() and _bare_phone(text, m):
+            run, bare = m.group(), m.group().isdigit()
+            window = (start - MARGIN, end + MARGIN)
+            runs.append((*window, end - start >= 12))
+            if bare and _bare_phone(text, m):
                 spans.append((start, end, "phone"))
+            # a card is 14-19 digits with single separators: inside one run, or past a run cut at 41
+            # digits by less than MARGIN; both runs have 14 digits or more
+            if end - start >= 14 and (bare or len(run.translate(SEPARATORS)) >= 14):
+                cards.append(window)
+            if start - last <= 3 or not _phone_free(text, start, run, bare):  # or it goes on a run cut at 41
+                phones.append(window)
+            last = end
         if runs and len(text) <= GAP:  # every run within GAP of the next: one window, as _windows makes
             windows = [[max(0, runs[0][0]), runs[-1][1], any(r[2] for r in runs)]]
         else:
             windows = _windows(runs, gap=GAP)
-        for lo, hi, long in windows:  # cards have 13+ digits, IBANs 11+ after the check digits
-            spans += (_cards(text, lo, hi) + _ibans(text, lo, hi) if long else []) + _phones(text, lo, hi)
+        # the order of kinds is the old one (cards, IBANs, phones): Scrubber.spans keeps the first of
+        # two equal spans
+        card_windows = [w[:2] for w in windows if w[2]] if any_card else _windows(cards, gap=SMALL_GAP)
+        for lo, hi in card_windows:
+            spans += _cards(text, lo, hi)
+        for lo, hi, long in windows:  # IBANs have 11+ characters after the check digits
+            spans += _ibans(text, lo, hi) if long else []
+        for lo, hi in _windows(phones, gap=SMALL_GAP):
+            spans += _phones(text, lo, hi)
     return spans
+
+
+def _phone_free(text: str, start: int, run: str, bare: bool) -> bool:
+    """True when no PHONE match can overlap this run (one that does not go on the run before it,
+    cut at 41 digits): it is bare digits or a date (yyyy-mm-dd),
+    holds no '(' and has no '+' or '(' in the 5 characters before it. PHONE's first character is
+    '+', '(' or a digit; one before the run is at most 5 characters before it ('+', '(', up to 3
+    separators) or joins the run; one inside it is a digit after ' ', '(' or ')' (its lookbehind),
+    which a bare or date run has only at its start, where a bare run has no separator within 6
+    digits (PHONE's lookahead) and a date is excluded by PHONE's own date lookahead."""
+    if not (bare or DATE_RUN.fullmatch(run)) or "(" in run:
+        return False
+    before = text[max(0, start - 5) : start]
+    return "+" not in before and "(" not in before
 
 
 def _windows(ranges, gap: int = 0) -> list[list]:
