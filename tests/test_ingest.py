@@ -185,3 +185,55 @@ def test_cli_ingest_reports_and_refuses_bad_input(prefect_server, tmp_path):
     assert missing.exit_code == 2 and "nope.jsonl" in missing.output
     bad = runner.invoke(app, ["ingest", path, "--store", str(tmp_path / "lake"), "--set", "ingest.scrub_patterns={x: '('}"])
     assert bad.exit_code == 2 and "'x' is not a valid regular expression" in bad.output
+
+
+def test_a_large_file_is_scrubbed_in_a_pool_with_the_same_result(tmp_path, monkeypatch):
+    """The pool (flywheel/ingest_pool.py) gives what one process gives: the same traces, ids,
+    order, quarantine, counts and report, on a file with secrets, duplicates and bad lines."""
+    from flywheel import ingest_pool
+
+    cfg = IngestConfig(max_message_chars=1000, scrub_patterns={"ticket": r"TCK-\d{6}"})
+    records = [blueprint(i, wrong=i % 3 == 0) for i in range(700)]
+    for i in range(0, 700, 9):
+        extra = f" {SECRETS[i % 6]} TCK-{i:06d} +44 20 7946 0{i % 1000:03d}"
+        records[i]["request"]["messages"][1]["content"] += extra
+    robot = {"messages": [{"role": "robot", "content": SECRETS[0]}]}
+    bad = [b"not json {", json.dumps(robot).encode(), b"[1]"]
+    path = write_jsonl(tmp_path / "big.jsonl", [*records, records[5], *records[600:]], bad)
+    single = TraceStore(Lake(str(tmp_path / "one")))
+    one = ingest_file(single, path, cfg)
+    batches: list[int] = []
+
+    class Recording(ingest_pool.ProcessPoolExecutor):
+        def submit(self, fn, *args, **kwargs):
+            batches.append(len(args[0]))
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_pool, "ProcessPoolExecutor", Recording)
+    monkeypatch.setattr(ingest_pool, "POOL_BYTES", 0)
+    monkeypatch.setattr(ingest_pool, "BATCH", 64)
+    monkeypatch.setattr(ingest_pool.os, "cpu_count", lambda: 2)
+    pooled = TraceStore(Lake(str(tmp_path / "pool")))
+    two = ingest_file(pooled, path, cfg)
+    assert len(batches) > 10 and sum(batches) == one.records == 804  # it did run in the pool
+    assert {**one.row(), "seconds": 0} == {**two.row(), "seconds": 0} and one.redactions["ticket"] == 89
+    assert (one.reasons, one.workloads) == (two.reasons, two.workloads)
+    a, b = single.traces().drop_columns(["ingested_at"]), pooled.traces().drop_columns(["ingested_at"])
+    assert a.num_rows == 700 and a.equals(b)
+    quarantined = single.quarantine(one.batch)
+    assert quarantined == pooled.quarantine(two.batch) and len(quarantined) == 3
+
+
+class _KillsItsWorker:
+    def __reduce__(self):  # unpickled in the worker: the worker dies at once
+        import os
+
+        return os._exit, (3,)
+
+
+def test_a_worker_that_dies_is_an_error_naming_the_file(tmp_path):
+    from flywheel.ingest_pool import parsed
+
+    rows = [(f"line {i}", blueprint(i), None) for i in range(50)] + [("line 50", _KillsItsWorker(), None)]
+    with pytest.raises(RuntimeError, match="ingest /logs/x.jsonl: a scrubbing worker process died"):
+        list(parsed("/logs/x.jsonl", rows, Scrubber(), Counter(), "default", 1000, workers=2))
