@@ -1,8 +1,9 @@
 """Ingest: production logs -> the lake's `traces/`, scrubbed, deduplicated, exactly once.
 
 For each file (JSONL, JSONL.gz, Parquet or a `datasets` dir; shapes in
-flywheel/production_logs.py): every record is scrubbed (flywheel/scrub.py), checked, and
-either becomes a trace or is quarantined with its file, line and reason; traces whose
+flywheel/production_logs.py): every record is scrubbed (flywheel/scrub.py; a large file's in a
+pool of processes, in order, flywheel/ingest_pool.py), checked, and either becomes a trace
+or is quarantined with its file, line and reason; traces whose
 content id the lake already holds, or that came earlier in the same file, are counted as
 duplicates and dropped; the rest are committed as one batch (storage/traces.py). The
 report counts all of it per file: records, new, duplicates, quarantined (by reason),
