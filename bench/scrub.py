@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from environments.task_rows import read_rows
 from flywheel.config import IngestConfig
-from flywheel.ingest_pool import parsed
+from flywheel.ingest_pool import cores, parsed
 from flywheel.scrub import Scrubber
 
 PROSE = [
@@ -162,7 +162,7 @@ def main() -> None:
               f"{size_mb / cpu:.1f} MiB/s CPU ({cpu:.2f} s)")  # fmt: skip
     print(f"redactions in the records: {dict(sorted(redactions.items()))}")
     results = []
-    for workers in (1, os.cpu_count() or 1):
+    for workers in (1, cores()):
         wall, cpu = 1e9, 1e9
         for _ in range(args.rounds):
             counts, w0, c0 = Counter(), time.perf_counter(), _cpu()

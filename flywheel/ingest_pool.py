@@ -1,18 +1,21 @@
 """A log file's records parsed and scrubbed, in one process or, for a large file, in a few.
 
 Scrubbing is what an ingest spends its time on (~5 MB/s of records in one process, bench/scrub.py),
-so for a file of POOL_BYTES or more, batches of records go to a pool of `os.cpu_count()` worker
-processes and come back in order with their redaction counts. The result is what one process
+so for a file of POOL_BYTES or more, batches of records go to a pool of one worker process per core
+(`cores()`) and come back in order with their redaction counts. The result is what one process
 gives: each worker has a Scrubber made from the same config (its cache changes no result), runs
 the same `parse_record` on the same records, and the caller reads them in the file's order.
 A worker that dies or raises is an error naming the file, not a hang.
 
-Workers are started with 'spawn' (a fresh interpreter that imports only this module and what it
-imports): forking a process with threads (a Prefect flow run has some) can deadlock the child.
+Workers are started with 'spawn' (a fresh interpreter that imports this module, what it imports
+and, as spawn does, the caller's main module under a `__main__` guard): forking a process with
+threads (a Prefect flow run has some) can deadlock the child.
 
-Not done: reading the file in the workers (the caller reads and decodes the rows, ~20x faster
-than they are scrubbed, and they travel pickled); files under POOL_BYTES stay in one process
-(starting the workers costs ~0.5 s).
+Not done: reading the file in the workers (the caller reads and decodes the rows, ~7x faster
+than they are scrubbed, and they travel pickled, ~20 MB each way for 10 MB of records); files
+under POOL_BYTES stay in one process (starting the workers costs ~0.4 s). The pool adds CPU work
+(~40-60% on a 10 MB file, bench/scrub.py): on a machine whose cores other jobs already hold it
+is no faster than one process.
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ def parse_rows(rows, scrubber: Scrubber, counts: Counter, default: str, max_char
         yield where, trace, error, preview
 
 
+def cores() -> int:
+    """The cores this process may run on (os.cpu_count() counts the machine's, which a container
+    or a taskset may not give it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def file_bytes(path: str) -> int:
     p = Path(path)
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
@@ -57,7 +66,7 @@ def parsed(path: str, rows, scrubber: Scrubber, counts: Counter, default: str, m
     """`parse_rows` over a file's rows, in a pool of `workers` processes (default: one per core
     for a file of POOL_BYTES or more, else none); `counts` gets the redactions."""
     if workers is None:
-        workers = (os.cpu_count() or 1) if file_bytes(path) >= POOL_BYTES else 1
+        workers = cores() if file_bytes(path) >= POOL_BYTES else 1
     if workers <= 1:
         yield from parse_rows(rows, scrubber, counts, default, max_chars)
         return

@@ -212,7 +212,7 @@ def test_a_large_file_is_scrubbed_in_a_pool_with_the_same_result(tmp_path, monke
     monkeypatch.setattr(ingest_pool, "ProcessPoolExecutor", Recording)
     monkeypatch.setattr(ingest_pool, "POOL_BYTES", 0)
     monkeypatch.setattr(ingest_pool, "BATCH", 64)
-    monkeypatch.setattr(ingest_pool.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ingest_pool, "cores", lambda: 2)
     pooled = TraceStore(Lake(str(tmp_path / "pool")))
     two = ingest_file(pooled, path, cfg)
     assert len(batches) > 10 and sum(batches) == one.records == 804  # it did run in the pool
