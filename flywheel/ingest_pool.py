@@ -11,8 +11,8 @@ Workers are started with 'spawn' (a fresh interpreter that imports this module, 
 and, as spawn does, the caller's main module under a `__main__` guard): forking a process with
 threads (a Prefect flow run has some) can deadlock the child.
 
-Not done: reading the file in the workers (the caller reads and decodes the rows, ~7x faster
-than they are scrubbed, and they travel pickled, ~20 MB each way for 10 MB of records); files
+Not done: reading the file in the workers (the caller reads and decodes the rows, ~6x faster
+than they are scrubbed, and they travel pickled, ~10 MB each way for 10 MB of records); files
 under POOL_BYTES stay in one process (starting the workers costs ~0.4 s). The pool adds CPU work
 (~40-60% on a 10 MB file, bench/scrub.py): on a machine whose cores other jobs already hold it
 is no faster than one process.
