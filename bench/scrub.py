@@ -7,9 +7,6 @@ of `--rounds`, each with a fresh Scrubber (its cache empty), in wall and in CPU 
 `Scrubber.scrub_value` over every record (the call `parse_record` makes) with one Scrubber for
 the file (as flows/ingest.py) and with a fresh one per record (nothing cached), `Scrubber.scrub` over
 the message texts one by one, and over the texts joined into one string (no per-string cost).
-Then the ingest's parse of the file (read_rows, scrub, parse_record: flywheel/ingest_pool.py) in
-one process and in a pool of one process per core, in wall time (the pool is about using the
-machine's cores; its CPU time is spread over the workers).
 Then times `Scrubber.scrub` on hostile single strings of 1 MB and 2 MB each (runs of one
 character, of "eyJ", of "password", of '@', of digits...): the 2 MB time over the 1 MB time is
 ~2 when the scrubber is linear (the regex scrubber it replaced took > 30 s on one 2 MB message).
@@ -23,7 +20,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import sys
 import tempfile
 import time
@@ -32,9 +28,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from environments.task_rows import read_rows
-from flywheel.config import IngestConfig
-from flywheel.ingest_pool import cores, parsed
 from flywheel.scrub import Scrubber
 
 PROSE = [
@@ -117,12 +110,6 @@ def scrub_all(records: list, counts: Counter) -> list:
     return [scrubber.scrub_value(r, counts) for r in records]
 
 
-def _cpu() -> float:
-    """CPU seconds of this process and of its children that have ended (the pool's workers)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=10)
@@ -161,18 +148,6 @@ def main() -> None:
         print(f"{name}: {size_mb:.1f} MiB, {size_mb / wall:.1f} MiB/s wall ({wall:.2f} s), "
               f"{size_mb / cpu:.1f} MiB/s CPU ({cpu:.2f} s)")  # fmt: skip
     print(f"redactions in the records: {dict(sorted(redactions.items()))}")
-    results = []
-    for workers in (1, cores()):
-        wall, cpu = 1e9, 1e9
-        for _ in range(args.rounds):
-            counts, w0, c0 = Counter(), time.perf_counter(), _cpu()
-            out = list(parsed(str(path), read_rows(str(path)), Scrubber(), counts, "default",
-                              IngestConfig().max_message_chars, workers=workers))  # fmt: skip
-            wall, cpu = min(wall, time.perf_counter() - w0), min(cpu, _cpu() - c0)
-        results.append((out, counts))
-        print(f"ingest parse (read, scrub, parse_record), {workers} process{'es' if workers > 1 else ''}: "
-              f"{mb:.1f} MiB, {mb / wall:.1f} MiB/s wall ({wall:.2f} s; CPU, all processes: {cpu:.2f} s)")  # fmt: skip
-    assert all(r == results[0] for r in results), "the pool gave other traces or counts than one process"
     scrubber = Scrubber()
     for name, unit in HOSTILE.items():
         times = []

@@ -1,9 +1,8 @@
 """Ingest: production logs -> the lake's `traces/`, scrubbed, deduplicated, exactly once.
 
 For each file (JSONL, JSONL.gz, Parquet or a `datasets` dir; shapes in
-flywheel/production_logs.py): every record is scrubbed (flywheel/scrub.py; a large file's in a
-pool of processes, in order, flywheel/ingest_pool.py), checked, and either becomes a trace
-or is quarantined with its file, line and reason; traces whose
+flywheel/production_logs.py): every record is scrubbed (flywheel/scrub.py), checked, and
+either becomes a trace or is quarantined with its file, line and reason; traces whose
 content id the lake already holds, or that came earlier in the same file, are counted as
 duplicates and dropped; the rest are committed as one batch (storage/traces.py). The
 report counts all of it per file: records, new, duplicates, quarantined (by reason),
@@ -30,7 +29,7 @@ from prefect import flow, get_run_logger
 
 from environments.task_rows import read_rows
 from flywheel.config import FlywheelConfig, IngestConfig
-from flywheel.ingest_pool import parsed
+from flywheel.production_logs import RecordError, parse_record
 from flywheel.progress import stage
 from flywheel.reporting import publish_table
 from flywheel.scrub import Scrubber
@@ -114,14 +113,18 @@ def ingest_file(store: TraceStore, path: str, cfg: IngestConfig, workload: str |
     rows, quarantined, seen = [], [], set()
     reasons, redactions, workloads = Counter(), Counter(), Counter()
     name = Path(path).name
-    # a large file is scrubbed in a pool of processes, the records kept in order (flywheel/ingest_pool.py)
-    for where, trace, error, preview in parsed(path, read_rows(path), scrubber, redactions, default,
-                                               cfg.max_message_chars):  # fmt: skip
+    for where, raw, error in read_rows(path):
         report.records += 1
         if report.records % 1000 == 0:
             advance(1000)
+        if not error:
+            try:
+                trace = parse_record(raw, scrubber, redactions, default, cfg.max_message_chars)
+            except RecordError as exc:
+                error = str(exc)
         if error:
             reasons[_reason_kind(error)] += 1
+            preview = str(scrubber.scrub_value(raw, Counter())) if raw is not None else ""
             quarantined.append({"file": path, "where": where, "reason": error,
                                 "record": preview[:PREVIEW_CHARS]})  # fmt: skip
             continue
