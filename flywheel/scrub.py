@@ -108,7 +108,9 @@ class Scrubber:
 
     def __init__(self, extra: dict[str, str] | None = None, defaults: bool = True):
         self.defaults = defaults
-        self._cache: dict[str, tuple[str, tuple]] = {}
+        self._cache: dict[str, tuple[str, tuple]] = {}  # `scrub`'s outcomes
+        self._strings: dict[str, tuple[str, tuple]] = {}  # `scrub_value`'s, for string values
+        self._keys: dict[str, tuple[str, tuple, bool]] = {}  # a dict key's scrubbed form, counts, secret name
         self.extra: dict[str, re.Pattern] = {}
         for name, pattern in (extra or {}).items():
             try:
@@ -175,6 +177,11 @@ class Scrubber:
 
     def scrub_value(self, value, counts: Counter):
         """Every string inside a JSON-like value, scrubbed (keys too: they can hold an email)."""
+        kind = type(value)  # the exact types json.loads makes first: a record has ~30 values
+        if kind is str:
+            return self._scrub_string(value, counts)
+        if kind is dict:
+            return self._scrub_dict(value, counts)
         if isinstance(value, str):
             return self._scrub_string(value, counts)
         if isinstance(value, bool) or value is None or isinstance(value, float):
@@ -185,23 +192,67 @@ class Scrubber:
                 return "[REDACTED:card]"
             return value
         if isinstance(value, dict):
-            out = {}
-            for k, v in value.items():
-                key = self.scrub(str(k), counts)
-                secret = isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""
-                if secret and self.defaults and secret_key_name(str(k)):
-                    counts["secret"] += 1
-                    out[key] = "[REDACTED:secret]"
-                    continue
-                out[key] = self.scrub_value(v, counts)
-            return out
+            return self._scrub_dict(value, counts)
         if isinstance(value, list):
             if _text_parts(value):
                 return self._scrub_parts(value, counts)
             return [self.scrub_value(v, counts) for v in value]
         return value
 
+    def _scrub_dict(self, value: dict, counts: Counter) -> dict:
+        out = {}
+        for k, v in value.items():
+            # a key's scrubbed form, its counts and whether it names a secret: keys repeat in
+            # every record, so each is worked out once (the cache is keyed by the exact str only)
+            entry = self._keys.get(k) if type(k) is str else None
+            if entry is None:
+                entry = self._key_entry(k)
+            key, kinds, secret_name = entry
+            for kind, n in kinds:
+                counts[kind] += n
+            if type(v) is str:
+                if secret_name and v != "":
+                    counts["secret"] += 1
+                    out[key] = "[REDACTED:secret]"
+                else:
+                    out[key] = self._scrub_string(v, counts)
+                continue
+            secret = isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""
+            if secret and secret_name:
+                counts["secret"] += 1
+                out[key] = "[REDACTED:secret]"
+                continue
+            out[key] = self.scrub_value(v, counts)
+        return out
+
+    def _key_entry(self, k) -> tuple[str, tuple, bool]:
+        found = Tally()
+        name = str(k)
+        entry = (self.scrub(name, found), tuple(found.items()), self.defaults and secret_key_name(name))
+        if type(k) is str:
+            if len(self._keys) >= CACHE_SIZE:
+                self._keys.clear()
+            self._keys[k] = entry
+        return entry
+
     def _scrub_string(self, text: str, counts: Counter) -> str:
+        """A string value: a JSON one read decoded, any other scrubbed as text; the outcome of
+        strings up to CACHED_CHARS long is remembered (ids, names and short notes repeat)."""
+        if len(text) < 4:  # nothing fits in 3 characters, JSON or not (scrub keeps them too)
+            return text
+        if len(text) > CACHED_CHARS:
+            return self._scrub_string_once(text, counts)
+        if (hit := self._strings.get(text)) is None:
+            found = Tally()
+            hit = (self._scrub_string_once(text, found), tuple(found.items()))
+            if len(self._strings) >= CACHE_SIZE:
+                self._strings.clear()
+            self._strings[text] = hit
+        for kind, n in hit[1]:
+            counts[kind] += n
+        return hit[0]
+
+    def _scrub_string_once(self, text: str, counts: Counter) -> str:
         stripped = text.strip()
         if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
             try:
@@ -215,7 +266,7 @@ class Scrubber:
                     return text
                 counts.update(found)
                 return json.dumps(scrubbed, ensure_ascii=False)
-        return self.scrub(text, counts)
+        return self._scrub_text(text, counts)  # what `scrub` does, less its cache: this one is the cache
 
     def _scrub_parts(self, parts: list, counts: Counter) -> list:
         texts = [i for i, p in enumerate(parts) if isinstance(p, dict) and isinstance(p.get("text"), str)]
