@@ -196,33 +196,44 @@ class Scrubber:
         if isinstance(value, list):
             if _text_parts(value):
                 return self._scrub_parts(value, counts)
-            return [self.scrub_value(v, counts) for v in value]
+            scrub_dict, scrub_value = self._scrub_dict, self.scrub_value
+            return [scrub_dict(v, counts) if type(v) is dict else scrub_value(v, counts) for v in value]
         return value
 
     def _scrub_dict(self, value: dict, counts: Counter) -> dict:
         out = {}
+        keys, strings = self._keys, self._strings
         for k, v in value.items():
             # a key's scrubbed form, its counts and whether it names a secret: keys repeat in
             # every record, so each is worked out once (the cache is keyed by the exact str only)
-            entry = self._keys.get(k) if type(k) is str else None
+            entry = keys.get(k) if type(k) is str else None
             if entry is None:
                 entry = self._key_entry(k)
             key, kinds, secret_name = entry
             for kind, n in kinds:
                 counts[kind] += n
-            if type(v) is str:
+            vtype = type(v)
+            if vtype is str:  # most values: what _scrub_string does, its cache looked up here
                 if secret_name and v != "":
                     counts["secret"] += 1
                     out[key] = "[REDACTED:secret]"
+                elif len(v) < 4:
+                    out[key] = v
+                elif (hit := strings.get(v)) is not None:
+                    out[key] = hit[0]
+                    for kind, n in hit[1]:
+                        counts[kind] += n
                 else:
                     out[key] = self._scrub_string(v, counts)
-                continue
-            secret = isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""
-            if secret and secret_name:
+            elif vtype is dict:
+                out[key] = self._scrub_dict(v, counts)
+            elif secret_name and isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "":
                 counts["secret"] += 1
                 out[key] = "[REDACTED:secret]"
-                continue
-            out[key] = self.scrub_value(v, counts)
+            elif vtype is int and -(10**13) < v < 10**13:  # under 14 digits: no card number
+                out[key] = v
+            else:
+                out[key] = self.scrub_value(v, counts)
         return out
 
     def _key_entry(self, k) -> tuple[str, tuple, bool]:

@@ -40,6 +40,7 @@ from flywheel.scrub_patterns import (  # noqa: F401 (bounded, required_literals:
     Gated,
     _find_all,
     any_of,
+    any_of_rare,
     bounded,
     candidates,
     required_literals,
@@ -137,10 +138,12 @@ GATE_CHARS = 65_536  # texts up to this long are gated: a longer one holds some 
 _gated = FULL + ANCHORS
 
 
-GATE_TEXT, GATE_LOW = (
-    re.compile(any_of({x for g in _gated if g.icase == ic for x in g.literals if len(x) > 1} | {*words}))
+GATE_WORDS_TEXT, GATE_WORDS_LOW = (
+    {x for g in _gated if g.icase == ic for x in g.literals if len(x) > 1} | {*words}
     for ic, words in ((False, IN_TEXT), (True, IN_LOW))
 )
+# each a search that finds something where one of the words is (any_of_rare: from its rarest character)
+GATE_TEXT, GATE_LOW = re.compile(any_of_rare(GATE_WORDS_TEXT)), re.compile(any_of_rare(GATE_WORDS_LOW))
 # a pattern whose literal is one common character ('.', ':', 'M') is itself the test: it is bounded
 GATE_SEARCHED = [g for g in _gated if min(map(len, g.literals)) == 1]
 # the same test, faster, for the two such plugin patterns (re tries those at every capital letter or

@@ -187,6 +187,32 @@ def any_of(words) -> str:
     return emit(tree)
 
 
+# characters from the most common in trace text to the least; any other (capitals, '_', 'J', other
+# scripts) is rarer still. Only speed depends on this order.
+COMMON_CHARS = " etaoinsrhldcu.m,wfgy-pb0123456789v:kjxqz/"
+
+
+def any_of_rare(words) -> str:
+    """A regex that finds something exactly where `any_of(words)` does (it finds a word, or it finds
+    nothing), searched from each word's rarest character: "eyJ" as "J(?<=eyJ)", "ghp_" as
+    "_(?<=ghp_)". re then stops only at those characters (~2x fewer stops in prose than at the
+    words' first letters, many of them 'e', 's', 't'). Its matches' spans are not the words'."""
+    words = {w for w in words if not any(o != w and o in w for o in words)}
+    by_anchor: dict[str, list[str]] = {}
+    for w in sorted(words):
+        i = max(range(len(w)), key=lambda j: (_rarity(w[j]), -j))  # the rarest, the first of equals
+        behind = f"(?<={re.escape(w[: i + 1])})" if i else ""
+        by_anchor.setdefault(w[i], []).append(behind + re.escape(w[i + 1 :]))
+    return "|".join(
+        re.escape(c) + (f"(?:{'|'.join(rest)})" if len(rest) > 1 else rest[0]) for c, rest in by_anchor.items()
+    )
+
+
+def _rarity(ch: str) -> int:
+    i = COMMON_CHARS.find(ch)
+    return len(COMMON_CHARS) if i < 0 else i
+
+
 def _find_all(text: str, literal: str):
     i = text.find(literal)
     while i >= 0:

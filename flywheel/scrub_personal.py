@@ -54,28 +54,37 @@ PHONE_WORDS = re.compile("(?i)(?:" + with_skeletons("tel|phone|call|mobile|cell|
                          "téléphone|portable|número|numero|nummer|номер|電話|电话") + r")\W{0,12}$")  # fmt: skip
 DATE_RUN = re.compile(r"[0-9]{4}[-/.][0-9]{1,2}[-/.][0-9]{1,2}")  # the dates PHONE's lookahead excludes
 OTHER_DIGIT = re.compile(r"[^\D0-9]")  # a digit that is not ASCII
+ASCII_DIGITS = b"0123456789"
 PATTERNS = (EMAIL, DIGIT_RUN, CARD, IBAN, PHONE, DATE_SHAPE, IP_SHAPE, PHONE_WORDS, DATE_RUN, OTHER_DIGIT)
 
 
 def find_personal(text: str) -> list[tuple[int, int, str]]:
     spans = _emails(text) if "@" in text else []
-    if not text.isascii() or sum(map(text.count, "0123456789")) >= 7:  # other scripts' digits: no shortcut
+    # fewer than 7 digits: no number (other scripts' digits: no shortcut); bytes.translate counts them
+    # ~4x faster than ten str.count
+    if not text.isascii() or len(text) - len(text.encode().translate(None, ASCII_DIGITS)) >= 7:
         runs, cards, phones, last = [], [], [], -9
         # CARD reads \d: with digits of other scripts (that the skeleton left) it runs where it did
         # before, in every window with a long run
         any_card = not text.isascii() and OTHER_DIGIT.search(text) is not None
         for m in DIGIT_RUN.finditer(text):
             start, end = m.span()
-            run, bare = m.group(), m.group().isdigit()
+            run = m.group()
+            bare = run.isdigit()
             window = (start - MARGIN, end + MARGIN)
-            runs.append((*window, end - start >= 12))
-            if bare and _bare_phone(text, m):
+            runs.append((start - MARGIN, end + MARGIN, end - start >= 12))
+            if bare and end - start <= 15 and _bare_phone(text, m):  # (_bare_phone's own first test)
                 spans.append((start, end, "phone"))
             # a card is 14-19 digits with single separators: inside one run, or past a run cut at 41
             # digits by less than MARGIN; both runs have 14 digits or more
             if end - start >= 14 and (bare or len(run.translate(SEPARATORS)) >= 14):
                 cards.append(window)
-            if start - last <= 3 or not _phone_free(text, start, run, bare):  # or it goes on a run cut at 41
+            if bare:  # _phone_free's test for a run of bare digits, inline (most runs are)
+                before = text[max(0, start - 5) : start]
+                free = "+" not in before and "(" not in before
+            else:
+                free = _phone_free(text, start, run, bare)
+            if start - last <= 3 or not free:  # or it goes on a run cut at 41
                 phones.append(window)
             last = end
         if runs and len(text) <= GAP:  # every run within GAP of the next: one window, as _windows makes

@@ -296,6 +296,24 @@ def test_the_gate_faster_patterns_match_where_the_plugins_do():
             assert bool(fast.search(text)) == bool(re.search(plugin, text))
 
 
+def test_the_gate_searched_from_rare_characters_finds_what_the_word_trie_finds():
+    """any_of_rare (each word searched from its rarest character, behind a lookbehind) finds
+    something in a text exactly when any_of finds a word there: on the gate's own words, on each
+    with one character changed or dropped, and on random mixes of their pieces."""
+    rng = random.Random(5)
+    gates = (scrub_detectors.GATE_WORDS_TEXT, scrub_detectors.GATE_WORDS_LOW, ["ab", "abc", "b", "xy", "q.r"])
+    for words in gates:
+        trie, rare = re.compile(scrub_detectors.any_of(words)), re.compile(scrub_detectors.any_of_rare(words))
+        words = sorted(words)
+        texts = list(words) + [w[:i] + c + w[i + 1 :] for w in words for i in range(len(w)) for c in "x_-"]
+        texts += [w[:i] + w[i + 1 :] for w in words for i in range(len(w))]
+        pieces = [w[i:j] for w in words for i in range(len(w)) for j in range(i + 1, len(w) + 1)]
+        texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(3000)]
+        assert sum(bool(trie.search(t)) for t in texts) > len(words)
+        for text in texts:
+            assert bool(rare.search(text)) == bool(trie.search(text)), (words[:3], text)
+
+
 def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
     """find_secrets skips a short text whose lower-cased form holds none of the literals and
     words its paths look for: on every case of this file and on their pieces and neighbours, the
