@@ -43,9 +43,28 @@ SKELETON = _table()
 NON_ASCII = re.compile(r"[^\x00-\x7f]{1,4096}")
 
 
+def _class(codes) -> str:
+    """A regex character class of these code points, as ranges."""
+    ranges: list[list[int]] = []
+    for code in sorted(codes):
+        if ranges and code == ranges[-1][1] + 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return "[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges) + "]"
+
+
+# a character the skeleton may change: one of the BMP's look-alikes (a class re tests in one step)
+# or any character past the BMP (a list of ranges there would cost more than the search saves)
+LOOK_ALIKE = re.compile(_class(c for c in SKELETON if c < 0x10000) + "|[\\U00010000-\\U0010ffff]")
+
+
 def skeleton(text: str) -> str:
-    """Only the non-ASCII runs are translated: str.translate on a whole text costs ~10x more."""
-    return text if text.isascii() else NON_ASCII.sub(lambda m: m.group().translate(SKELETON), text)
+    """Only the non-ASCII runs are translated: str.translate on a whole text costs ~10x more; a text
+    without a look-alike (most French, German or Japanese prose) is its own skeleton: one search."""
+    if text.isascii() or not LOOK_ALIKE.search(text):
+        return text
+    return NON_ASCII.sub(lambda m: m.group().translate(SKELETON), text)
 
 
 def with_skeletons(words: str) -> str:

@@ -314,6 +314,21 @@ def test_the_gate_searched_from_rare_characters_finds_what_the_word_trie_finds()
             assert bool(rare.search(text)) == bool(trie.search(text)), (words[:3], text)
 
 
+def test_the_skeleton_is_the_whole_text_translated():
+    """skeleton() translates only non-ASCII runs, and skips a text without a look-alike: the same as
+    str.translate over the whole text, on every look-alike and on random mixes of scripts."""
+    from flywheel.scrub_skeleton import LOOK_ALIKE, SKELETON, skeleton
+
+    assert all(LOOK_ALIKE.fullmatch(chr(code)) for code in SKELETON)
+    rng = random.Random(3)
+    look_alikes = list(SKELETON)
+    for _ in range(5000):
+        text = "".join(chr(rng.choice(look_alikes)) if rng.random() < 0.05 else chr(rng.randint(0x20, 0x3100))
+                       for _ in range(rng.randint(0, 40)))  # fmt: skip
+        assert skeleton(text) == text.translate(SKELETON)
+    assert skeleton("Grüße, 注文番号 と 𝐩𝐚𝐬𝐬 ") == "Grüße, 注文番号 と pass "
+
+
 def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
     """find_secrets skips a short text whose lower-cased form holds none of the literals and
     words its paths look for: on every case of this file and on their pieces and neighbours, the
