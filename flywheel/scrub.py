@@ -129,6 +129,8 @@ class Scrubber:
         found = find_spans(text) if self.defaults else []
         for name, pattern in self.extra.items():
             found += [(m.start(), m.end(), name) for m in pattern.finditer(text) if m.end() > m.start()]
+        if not found:  # most texts
+            return found
         merged: list[list] = []
         for start, end, kind in sorted(found, key=lambda s: (s[0], -s[1], GENERIC.get(s[2], 0))):
             if merged and start < merged[-1][1]:

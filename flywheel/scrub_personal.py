@@ -70,22 +70,23 @@ def find_personal(text: str) -> list[tuple[int, int, str]]:
         for m in DIGIT_RUN.finditer(text):
             start, end = m.span()
             run = m.group()
-            bare = run.isdigit()
             window = (start - MARGIN, end + MARGIN)
-            runs.append((start - MARGIN, end + MARGIN, end - start >= 12))
-            if bare and end - start <= 15 and _bare_phone(text, m):  # (_bare_phone's own first test)
-                spans.append((start, end, "phone"))
+            runs.append((*window, end - start >= 12))
             # a card is 14-19 digits with single separators: inside one run, or past a run cut at 41
             # digits by less than MARGIN; both runs have 14 digits or more
-            if end - start >= 14 and (bare or len(run.translate(SEPARATORS)) >= 14):
-                cards.append(window)
-            if bare:  # _phone_free's test for a run of bare digits, inline (most runs are)
+            if run.isdigit():  # most runs; _bare_phone's and _phone_free's first tests inline
+                if end - start <= 15 and _bare_phone(text, m):
+                    spans.append((start, end, "phone"))
+                if end - start >= 14:
+                    cards.append(window)
                 before = text[max(0, start - 5) : start]
-                free = "+" not in before and "(" not in before
+                if start - last <= 3 or "+" in before or "(" in before:  # or it goes on a run cut at 41
+                    phones.append(window)
             else:
-                free = _phone_free(text, start, run, bare)
-            if start - last <= 3 or not free:  # or it goes on a run cut at 41
-                phones.append(window)
+                if end - start >= 14 and len(run.translate(SEPARATORS)) >= 14:
+                    cards.append(window)
+                if start - last <= 3 or not _phone_free(text, start, run, False):
+                    phones.append(window)
             last = end
         if runs and len(text) <= GAP:  # every run within GAP of the next: one window, as _windows makes
             windows = [[max(0, runs[0][0]), runs[-1][1], any(r[2] for r in runs)]]
