@@ -187,6 +187,25 @@ def any_of(words) -> str:
     return emit(tree)
 
 
+def word_trie(words) -> str:
+    """The alternation of `words` (every one kept: a word may be followed by what rules out a
+    shorter one), as a trie: re tries one branch per character, not one per word."""
+    tree: dict = {}
+    for w in words:
+        node = tree
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # a word ends here; longer ones may go on
+
+    def emit(node: dict) -> str:
+        alts = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if alts and "" in node:
+            alts.append("")
+        return alts[0] if len(alts) == 1 else f"(?:{'|'.join(alts)})" if alts else ""
+
+    return emit(tree)
+
+
 # characters from the most common in trace text to the least; any other (capitals, '_', 'J', other
 # scripts) is rarer still. Only speed depends on this order.
 COMMON_CHARS = " etaoinsrhldcu.m,wfgy-pb0123456789v:kjxqz/"
@@ -204,7 +223,8 @@ def any_of_rare(words) -> str:
         behind = f"(?<={re.escape(w[: i + 1])})" if i else ""
         by_anchor.setdefault(w[i], []).append(behind + re.escape(w[i + 1 :]))
     return "|".join(
-        re.escape(c) + (f"(?:{'|'.join(rest)})" if len(rest) > 1 else rest[0]) for c, rest in by_anchor.items()
+        re.escape(c) + (f"(?:{'|'.join(rest)})" if len(rest) > 1 else rest[0])
+        for c, rest in by_anchor.items()
     )
 
 

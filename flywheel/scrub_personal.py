@@ -23,6 +23,7 @@ from functools import lru_cache
 import phonenumbers
 from stdnum import iban, luhn
 
+from flywheel.scrub_patterns import word_trie
 from flywheel.scrub_skeleton import with_skeletons
 
 # national formats (no + or 00) are tried in these regions, most-used first; all 245 would
@@ -50,8 +51,10 @@ PHONE = re.compile(
 )
 DATE_SHAPE = re.compile(r"\(?(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?!\d)")
 IP_SHAPE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
-PHONE_WORDS = re.compile("(?i)(?:" + with_skeletons("tel|phone|call|mobile|cell|fax|whatsapp|sms|handy|telefon|telefono|"
-                         "téléphone|portable|número|numero|nummer|номер|電話|电话") + r")\W{0,12}$")  # fmt: skip
+PHONE_WORD_LIST = with_skeletons("tel|phone|call|mobile|cell|fax|whatsapp|sms|handy|telefon|telefono|"
+                                 "téléphone|portable|número|numero|nummer|номер|電話|电话").split("|")  # fmt: skip
+# as a trie: searched in the 24 characters before each bare run of digits, ~2x faster than the list
+PHONE_WORDS = re.compile("(?i)(?:" + word_trie(PHONE_WORD_LIST) + r")\W{0,12}$")
 DATE_RUN = re.compile(r"[0-9]{4}[-/.][0-9]{1,2}[-/.][0-9]{1,2}")  # the dates PHONE's lookahead excludes
 OTHER_DIGIT = re.compile(r"[^\D0-9]")  # a digit that is not ASCII
 ASCII_DIGITS = b"0123456789"

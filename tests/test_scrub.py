@@ -329,6 +329,25 @@ def test_the_skeleton_is_the_whole_text_translated():
     assert skeleton("Grüße, 注文番号 と 𝐩𝐚𝐬𝐬 ") == "Grüße, 注文番号 と pass "
 
 
+def test_the_phone_words_trie_finds_what_their_list_finds():
+    """PHONE_WORDS, built as a trie keeping every word ("tel" and "telefon"), finds a phone word at
+    a window's end exactly where the plain alternation of the words does, in any case."""
+    from flywheel.scrub_patterns import word_trie
+
+    words = scrub_personal.PHONE_WORD_LIST
+    plain = re.compile("(?i)(?:" + "|".join(map(re.escape, words)) + r")\W{0,12}$")
+    assert scrub_personal.PHONE_WORDS.pattern == "(?i)(?:" + word_trie(words) + r")\W{0,12}$"
+    rng = random.Random(7)
+    pieces = words + [w.upper() for w in words] + [w[:-1] for w in words] + [" ", ": ", "-", "x", "1", "\n"]
+    found = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 5)))
+        lo = max(0, len(text) - 24)
+        assert bool(scrub_personal.PHONE_WORDS.search(text, lo)) == bool(plain.search(text, lo)), text
+        found += bool(plain.search(text, lo))
+    assert 2000 < found < 18000
+
+
 def test_the_short_text_gate_only_skips_texts_without_secrets(monkeypatch):
     """find_secrets skips a short text whose lower-cased form holds none of the literals and
     words its paths look for: on every case of this file and on their pieces and neighbours, the
