@@ -17,6 +17,9 @@ def ingest(
     paths: list[Path] = typer.Argument(..., help="JSONL / JSONL.gz / Parquet files, `datasets` dirs, or drop dirs of log files."),
     workload: Optional[str] = typer.Option(None, help="Workload of records that name none (default: ingest.default_workload)."),
     store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix (default: store.uri)."),
+    run_id: Optional[str] = typer.Option(
+        None, help="The run whose lake the traces go to (runs/<run id>/lake), when no --store or store.uri names one."
+    ),
     s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
     config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
     set_: list[str] = typer.Option([], "--set", help="Override any config key: --set 'ingest.scrub_patterns={ticket: T-\\d+}'"),
@@ -26,7 +29,7 @@ def ingest(
     from flywheel.scrub import Scrubber
 
     try:
-        config = load_config(config_file, set_, **{"store.uri": store, "store.endpoint": s3_endpoint})
+        config = load_config(config_file, set_, **{"store.uri": store, "store.endpoint": s3_endpoint, "run_id": run_id})
         Scrubber(config.ingest.scrub_patterns, config.ingest.scrub_defaults)
     except (ValueError, FileNotFoundError) as exc:  # a bad scrub pattern is a ValueError too
         typer.secho(f"bad configuration: {exc}", fg="red", err=True)
@@ -35,14 +38,18 @@ def ingest(
     if missing:
         typer.secho(f"no such file: {', '.join(missing)}", fg="red", err=True)
         raise typer.Exit(2)
-    if not config.store.uri:
-        typer.secho("give --store (a dir or s3://bucket/prefix) or store.uri: the lake the traces go to", fg="red", err=True)
+    if not config.store.uri and not run_id:
+        typer.secho(
+            "give --run-id (the run's own lake), --store (a dir or s3://bucket/prefix) or store.uri: the lake the "
+            "traces go to", fg="red", err=True,
+        )  # fmt: skip
         raise typer.Exit(2)
+    lake = config.lake_uri  # store.uri, else the run's lake (the one `flywheel run --run-id` reads)
     with live_display() as reporter:
-        reports = ingest_flow([str(p) for p in paths], config, workload)
+        reports = ingest_flow([str(p) for p in paths], config, workload, store=lake)
         names = ["file", "records", "new", "duplicates", "quarantined", "redactions", "workloads", "seconds"]
         rows = [[r.row()[n] for n in names] for r in reports]
-        reporter.print(rich_table(names, rows, title=f"traces ingested into {config.store.uri}"))
+        reporter.print(rich_table(names, rows, title=f"traces ingested into {lake}"))
         for r in reports:
             if r.already_ingested:
                 reporter.print(f"{r.file}: ingested before (batch {r.batch}); nothing added")

@@ -185,3 +185,23 @@ def test_cli_ingest_reports_and_refuses_bad_input(prefect_server, tmp_path):
     assert missing.exit_code == 2 and "nope.jsonl" in missing.output
     bad = runner.invoke(app, ["ingest", path, "--store", str(tmp_path / "lake"), "--set", "ingest.scrub_patterns={x: '('}"])
     assert bad.exit_code == 2 and "'x' is not a valid regular expression" in bad.output
+
+
+def test_cli_ingest_into_a_runs_own_lake(prefect_server, tmp_path):
+    """The README's production quick-start: `flywheel ingest FILE --run-id prod` puts the traces
+    in runs/prod/lake, the lake `flywheel run --run-id prod` reads; with neither a run id nor a
+    store it is a usage error naming both."""
+    from typer.testing import CliRunner
+
+    from flywheel.cli import app
+    from flywheel.config import FlywheelConfig
+
+    path = write_jsonl(tmp_path / "log.jsonl", [blueprint(i) for i in range(3)])
+    runner = CliRunner()
+    runs = f"runs_dir={tmp_path / 'runs'}"
+    result = runner.invoke(app, ["ingest", path, "--run-id", "prod", "--set", runs])
+    assert result.exit_code == 0, result.output
+    lake = FlywheelConfig(run_id="prod", runs_dir=str(tmp_path / "runs")).lake_uri
+    assert lake.startswith(str(tmp_path / "runs")) and TraceStore(Lake(lake)).traces().num_rows == 3
+    neither = runner.invoke(app, ["ingest", path, "--set", runs])
+    assert neither.exit_code == 2 and "--run-id" in neither.output and "--store" in neither.output
