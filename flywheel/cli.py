@@ -19,6 +19,26 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(store_app, name="store")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"flywheel {version('flywheel')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("flywheel (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the installed version and exit."
+    ),
+):
+    """`flywheel`: the command line face of the same flows the Prefect UI runs."""
+
+
 @app.command()
 def run(
     cycles: Optional[int] = typer.Option(None, help="Cycles to run (in total, for a resumed run)."),
