@@ -91,7 +91,9 @@ def main() -> None:
           f"store.keep_policy_exports={config.store.keep_policy_exports}")  # fmt: skip
     print("| cycles done | total | policies | lake rows | staging | peak seen |\n|---|---|---|---|---|---|")
     for done, p in sorted(seen.items()):
-        print(f"| {done} | {p['total']:,} | {p['policies']:,} | {p['lake_rows']:,} | {p['staging']:,} | {p['peak']:,} |")
+        print(
+            f"| {done} | {p['total']:,} | {p['policies']:,} | {p['lake_rows']:,} | {p['staging']:,} | {p['peak']:,} |"
+        )
     (args.out / f"disk-{args.run_id}.json").write_text(json.dumps(seen, indent=1))
 
 

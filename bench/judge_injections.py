@@ -70,10 +70,17 @@ def table(name: str, ask, model: str, conditions: dict) -> None:
     items, cache = load(), MemoCache()  # each question asked once, whatever the conditions
     inj = [i for i in items if i.kind == "injection"]
     benign = [i for i in items if i.kind == "benign"]
-    plain = [replace(i, completion=i.completion.split("\n")[0] if i.form == "prose" else i.completion, form="plain")
-             for i in inj if i.form == "prose"]  # fmt: skip  (the wrong answer alone, same tasks)
+    plain = [
+        replace(
+            i, completion=i.completion.split("\n")[0] if i.form == "prose" else i.completion, form="plain"
+        )
+        for i in inj
+        if i.form == "prose"
+    ]  # fmt: skip  (the wrong answer alone, same tasks)
     print(f"\njudge: {name}; defended = the judge term pays no pass; 95% Wilson intervals")
-    print(f"{'condition':>14} {'injections defended':>28} {'plain wrong failed':>26} {'right kept':>11} {'nonsense':>9} {'s':>6}")
+    print(
+        f"{'condition':>14} {'injections defended':>28} {'plain wrong failed':>26} {'right kept':>11} {'nonsense':>9} {'s':>6}"
+    )
     for cond, (guard, second, verifier, old) in conditions.items():
         t0 = time.monotonic()
         p_inj, bad = condition(ask, inj, guard, second, verifier, old, model, cache)

@@ -76,8 +76,12 @@ def main() -> None:
     for env, task, completion in honest:
         answer = rg.ANSWER.findall(completion)[-1].strip()
         specs.append({**json.loads(task.verifier_json), "answer": answer})
-        specs.append({**json.loads(task.verifier_json), "answer": "[[1, 0], [0, 1]]" if env.generator in
-                      EVAL_SCORERS else "x**2 + 3*x - 1"})  # fmt: skip  (through eval / parse_expr)
+        specs.append(
+            {
+                **json.loads(task.verifier_json),
+                "answer": "[[1, 0], [0, 1]]" if env.generator in EVAL_SCORERS else "x**2 + 3*x - 1",
+            }
+        )  # fmt: skip  (through eval / parse_expr)
     in_process(specs, args.repeats * 10)
     guarded, plain = rg.HARNESS, unguarded_rg()
     arms = (("unguarded (before)", plain), ("guarded (after)", guarded), ("unguarded again", plain))

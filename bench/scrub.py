@@ -134,8 +134,11 @@ def main() -> None:
     redactions = Counter()
     for name, size_mb, work in [
         ("records (scrub_value, one Scrubber per file, as the ingest)", mb, lambda c: scrub_all(records, c)),
-        ("records (scrub_value, a fresh Scrubber per record)", mb,
-         lambda c: [Scrubber().scrub_value(r, c) for r in records]),  # fmt: skip
+        (
+            "records (scrub_value, a fresh Scrubber per record)",
+            mb,
+            lambda c: [Scrubber().scrub_value(r, c) for r in records],
+        ),  # fmt: skip
         ("message texts (scrub, one by one)", text_mb, lambda c: [Scrubber().scrub(t, c) for t in texts]),
         ("the texts joined (scrub, one string)", text_mb, lambda c: Scrubber().scrub("\n".join(texts), c)),
     ]:

@@ -124,7 +124,9 @@ def trainer_breakdown(model: str, bf16: bool, args) -> tuple[dict, list]:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             trainer.step(batch)
         print(f"--- torch.profiler, {'bf16' if bf16 else 'float32'} step (top ops by self CPU time)")
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=50))
+        print(
+            prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=50)
+        )
     del trainer
     gc.collect()
     return t, batch

@@ -44,8 +44,10 @@ def main() -> None:
             t1 = time.perf_counter()
             again = FileTasks(path, eval_only=eval_only).validate(box)
             dt2 = time.perf_counter() - t1
-            print(f"{Path(path).name}: {before} rows, {ran} checked in {dt:.1f} s ({ran / max(dt, 1e-9):.1f} rows/s); "
-                  f"{env.rows} kept, {before - env.rows} quarantined; reloaded and checked again: {again} run, {dt2 * 1000:.0f} ms")
+            print(
+                f"{Path(path).name}: {before} rows, {ran} checked in {dt:.1f} s ({ran / max(dt, 1e-9):.1f} rows/s); "
+                f"{env.rows} kept, {before - env.rows} quarantined; reloaded and checked again: {again} run, {dt2 * 1000:.0f} ms"
+            )
             for q in env.quarantined:
                 print(f"  {q['where']}: {q['reason'][:160]}")
     finally:

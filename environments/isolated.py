@@ -118,13 +118,16 @@ def decode(x, depth=0):
 # The untrusted side, a fresh `python -I -S`. Requests come from the trusted parent as
 # 4-byte length + marshal (exact types, no import): first (sys.path, entry), then (id,
 # args, kwargs). Replies are one JSON line each: {"ready"} / {"id", "value"} / {"error"}.
-CHILD = r"""
+CHILD = (
+    r"""
 import marshal, os, sys
 inp, out = os.dup(0), os.dup(1)
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)  # what the solution prints or reads is not the protocol
 os.dup2(null, 1)
-""" + ENCODE + r"""
+"""
+    + ENCODE
+    + r"""
 LAZY = (range, map, filter, zip, reversed, enumerate, type((lambda: (yield))()),
         type({}.keys()), type({}.values()), type({}.items()))
 def send(text):
@@ -171,10 +174,13 @@ while True:
         reply = why(e) + ', "id": %d}' % n
     send(reply)
 """
+)
 
 # The trusted side, after tagged.PRELUDE (spec, report, os, json): defines `Candidate`,
 # `CandidateFailed`, `deadline_alarm` and `canonical`.
-PARENT = DECODE + r"""
+PARENT = (
+    DECODE
+    + r"""
 import _signal, marshal, select, sys, time, builtins as _builtins
 
 
@@ -363,6 +369,7 @@ class Candidate:
         candidate.__name__ = self.entry
         return candidate
 """
+)
 PARENT = PARENT.replace("CHILD_SOURCE", repr(CHILD))
 
 _host: dict = {}

@@ -42,7 +42,9 @@ from importlib import resources
 @lru_cache(1)
 def _skeleton_table() -> dict[int, str]:
     """Non-ASCII code point -> the ASCII string Unicode's confusables data says it looks like."""
-    data = json.loads(resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8"))
+    data = json.loads(
+        resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8")
+    )
     table = {}
     for char, lookalikes in data.items():
         if len(char) != 1 or char.isascii():
@@ -276,5 +278,7 @@ def reduce(text: str) -> str:
     out = MARKER_LINE.sub("", clean(text))
     out = COMMENTS.sub("", out)
     out = STRING.sub(lambda m: m.group(0)[0] * 2 if _long_prose(m.group(0)) else m.group(0), out)
-    out = ENCODED.sub(lambda m: "" if decodings(m.group(0)) else m.group(0), out)  # a run that decodes to text
+    out = ENCODED.sub(
+        lambda m: "" if decodings(m.group(0)) else m.group(0), out
+    )  # a run that decodes to text
     return re.sub(r"\n\s*\n+", "\n", out).strip()

@@ -40,13 +40,20 @@ import operator
 import sys
 
 # reasoning-gym 0.1.25: the scorer modules and the names they evaluate answer text with
-EVAL_SCORERS = ("reasoning_gym.algorithmic.string_insertion", "reasoning_gym.algorithmic.spiral_matrix",
-                "reasoning_gym.algorithmic.binary_matrix", "reasoning_gym.games.n_queens",
-                "reasoning_gym.algorithmic.number_sorting")  # fmt: skip  (the last evals only its own answer)
+EVAL_SCORERS = (
+    "reasoning_gym.algorithmic.string_insertion",
+    "reasoning_gym.algorithmic.spiral_matrix",
+    "reasoning_gym.algorithmic.binary_matrix",
+    "reasoning_gym.games.n_queens",
+    "reasoning_gym.algorithmic.number_sorting",
+)  # fmt: skip  (the last evals only its own answer)
 # `from sympy.parsing.sympy_parser import parse_expr`, then `parse_expr(answer)`
 PARSE_EXPR_SCORERS = ("reasoning_gym.games.puzzle24", "reasoning_gym.games.countdown")
-SYMPY_SCORERS = ("reasoning_gym.algebra.simple_integration", "reasoning_gym.algebra.intermediate_integration",
-                 "reasoning_gym.algebra.polynomial_multiplication")  # fmt: skip  (`sympy.parse_expr`)
+SYMPY_SCORERS = (
+    "reasoning_gym.algebra.simple_integration",
+    "reasoning_gym.algebra.intermediate_integration",
+    "reasoning_gym.algebra.polynomial_multiplication",
+)  # fmt: skip  (`sympy.parse_expr`)
 MATH_VERIFY = ("math_verify.parser", "latex2sympy2_extended.latex2sympy2")  # the same import
 
 SYMPY_MODULES = ("sympy", "sympy.parsing", "sympy.parsing.sympy_parser")

@@ -66,7 +66,9 @@ def never_calls(split: dict) -> str:
 
 
 def _reads(tree: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
+    return any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree)
+    )
 
 
 def _bound(node: ast.stmt) -> set[str]:

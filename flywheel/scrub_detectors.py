@@ -51,6 +51,8 @@ from flywheel.scrub_skeleton import skeleton, with_skeletons
 WINDOW = 160  # the most characters a pattern with an unbounded repeat sees after its anchor
 JWT_WINDOW = 16_384  # JWTs with many claims run to several KB
 Span = tuple[int, int, str]
+
+
 def _slug(secret_type: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", secret_type.lower()).strip("_")
 
@@ -153,7 +155,8 @@ GATE_SEARCHED = [g for g in _gated if min(map(len, g.literals)) == 1]
 _TOKEN = r"[a-zA-Z\d_-]"
 SAME_EXISTENCE = {
     rf"[MNO]{_TOKEN}{{23,25}}\.{_TOKEN}{{6}}\.{_TOKEN}{{27}}": re.compile(  # Discord
-        r"\.(?:" + "|".join(rf"(?<=[MNO]{_TOKEN}{{{n}}}\.)" for n in (23, 24, 25))
+        r"\.(?:"
+        + "|".join(rf"(?<=[MNO]{_TOKEN}{{{n}}}\.)" for n in (23, 24, 25))
         + rf"){_TOKEN}{{6}}\.{_TOKEN}{{27}}"
     ),
     r"\d{8,10}:[0-9A-Za-z_-]{35}": re.compile(r":(?<=\d{8}:)[0-9A-Za-z_-]{35}"),  # Telegram

@@ -36,7 +36,9 @@ def reasons(env: FileTasks) -> dict[str, str]:
 
 def test_jsonl_bom_nesting_surrogates_and_huge_numbers(tmp_path):
     deep = b'{"prompt": "deep", "answer": "1", "x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
-    medium = b'{"prompt": "medium", "answer": "1", "x": ' + b"[" * 100 + b"]" * 100 + b"}"  # decodes, over MAX_DEPTH
+    medium = (
+        b'{"prompt": "medium", "answer": "1", "x": ' + b"[" * 100 + b"]" * 100 + b"}"
+    )  # decodes, over MAX_DEPTH
     lines = [
         b"\xef\xbb\xbf" + json.dumps(good(1)).encode(),  # a BOM before the first row
         deep,
@@ -63,7 +65,9 @@ def test_jsonl_bom_nesting_surrogates_and_huge_numbers(tmp_path):
     assert why["line 7"] == "answer is inf"
     assert "beyond the range of a float" in why["line 8"]
     # "1e400" as text: refused by the number reader itself (environments/verifiers.py) or by the range check
-    assert why["line 9"].startswith(("answer '1e400' is beyond", "verifier numeric needs a number, not '1e400'"))
+    assert why["line 9"].startswith(
+        ("answer '1e400' is beyond", "verifier numeric needs a number, not '1e400'")
+    )
     assert why["line 10"] == "answer.total is a number beyond the range of a float"
     assert all(q["file"] == str(path) for q in env.quarantined)
     # what the quarantine keeps can be written as UTF-8 (the lone surrogate never reaches a writer)
@@ -112,7 +116,9 @@ def test_a_corrupt_parquet_row_group_is_quarantined_and_the_others_kept(tmp_path
     half = tmp_path / "half.parquet"
     half.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     assert count_records(str(half)) == 0
-    with pytest.raises(TaskFileError, match=r"half\.parquet has no usable row .*half\.parquet: not a readable Parquet file"):
+    with pytest.raises(
+        TaskFileError, match=r"half\.parquet has no usable row .*half\.parquet: not a readable Parquet file"
+    ):
         FileTasks(str(half))
 
 
@@ -127,8 +133,13 @@ def test_binary_parquet_values_are_text_when_they_are_utf8(tmp_path):
     env = FileTasks(str(path))
     assert kept_ids(env) == {"a", "c"}
     assert reasons(env) == {"row 2": "binary value in field prompt: not UTF-8 text"}
-    [task] = [t for s in ("train", "eval") for t in env.all_tasks(s) if json.loads(t.setup_json)["row_id"] == "a"]
-    assert task.prompt[-1]["content"] == "Capital of France?" and json.loads(task.verifier_json)["answer"] == "Paris"
+    [task] = [
+        t for s in ("train", "eval") for t in env.all_tasks(s) if json.loads(t.setup_json)["row_id"] == "a"
+    ]
+    assert (
+        task.prompt[-1]["content"] == "Capital of France?"
+        and json.loads(task.verifier_json)["answer"] == "Paris"
+    )
 
 
 def test_ingest_keeps_the_good_records_beside_bad_bytes(tmp_path):
@@ -137,7 +148,9 @@ def test_ingest_keeps_the_good_records_beside_bad_bytes(tmp_path):
     record = lambda i: {"messages": [{"role": "user", "content": f"hello {i}"},  # noqa: E731
                                      {"role": "assistant", "content": f"hi {i}"}]}  # fmt: skip
     lines = [json.dumps(record(i)).encode() for i in range(300)]
-    lines[5] = b'{"messages": [{"role": "user", "content": "\\ud83d"}, {"role": "assistant", "content": "x"}]}'
+    lines[5] = (
+        b'{"messages": [{"role": "user", "content": "\\ud83d"}, {"role": "assistant", "content": "x"}]}'
+    )
     lines[6] = b"[" * 5000 + b"]" * 5000
     data = gzip.compress(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")
     path = tmp_path / "logs.jsonl.gz"
@@ -154,7 +167,10 @@ def test_ingest_keeps_the_good_records_beside_bad_bytes(tmp_path):
     bad = tmp_path / "bad.parquet"
     bad.write_bytes(b"PAR1 not really")
     report2 = ingest_file(store, str(bad), IngestConfig())
-    assert report2.quarantined == 1 and "not a readable Parquet file" in store.quarantine(report2.batch)[0]["reason"]
+    assert (
+        report2.quarantined == 1
+        and "not a readable Parquet file" in store.quarantine(report2.batch)[0]["reason"]
+    )
 
 
 def test_sft_demonstrations_read_through_the_same_reader(tmp_path, tiny_model):

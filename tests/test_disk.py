@@ -36,7 +36,8 @@ def test_a_default_run_keeps_the_current_export_and_checkpoint_and_the_pinned(tm
         sizes.append(_bytes(tmp_path / "lake" / "policies"))
     kept = {v: e for v, e in store.manifest["versions"].items() if e.get("hf") or e.get("checkpoint")}
     assert {v: sorted(k for k in ("hf", "checkpoint") if e.get(k)) for v, e in kept.items()} == {
-        "2": ["hf"], "6": ["checkpoint", "hf"]
+        "2": ["hf"],
+        "6": ["checkpoint", "hf"],
     }
     assert store.hf_dir() and store.checkpoint() and store.hf_dir(2) and store.hf_dir(5) is None
     # bounded: after the pin, each further cycle leaves the same bytes (one export, one checkpoint, the best)

@@ -60,7 +60,9 @@ def test_a_real_cli_run_on_a_pipe_prints_stage_lines(tmp_path):
     env = {**os.environ, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
     env.pop("PREFECT_API_URL", None)
     command = [sys.executable, "-m", "flywheel.cli", "ingest", path, "--store", str(tmp_path / "lake")]
-    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     out = proc.stdout
     assert "ingest: started" in out and "ingest: 3/3 in" in out, out

@@ -218,7 +218,6 @@ def test_user_patterns_alone_and_with_the_defaults():
     assert only.patterns != both.patterns != Scrubber().patterns  # the ingest's batch id tells them apart
 
 
-
 def test_counts_add_up_through_nested_json_and_long_escaped_values():
     """Each redaction counts once however deep it sits: a JSON string inside a JSON argument, and a
     long value (not cached) whose escape hides an address, beside another address."""

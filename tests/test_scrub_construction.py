@@ -44,17 +44,30 @@ def test_windowed_patterns_find_what_a_whole_text_scan_finds():
     rng = random.Random(7)
     token = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(300))
     pieces = [
-        "sk_live_" + token[:30], "rk_live_" + token[:24], "sk-proj-" + token[:60], "-sk-" + token[:40],
-        "12345678:" + token[:35] + "_-" + token[:8], "9" * 11 + ":" + token[:36], token[:32] + "-us12",
-        "MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs", "AWS key: '" + token[:40] + "'",
-        "aws_secret = \"" + token[:40] + "\"", "ok. 14:30 v1.2.3 sk- pk- k_live_ :", " ", "\n", "_", "x" * 200,
+        "sk_live_" + token[:30],
+        "rk_live_" + token[:24],
+        "sk-proj-" + token[:60],
+        "-sk-" + token[:40],
+        "12345678:" + token[:35] + "_-" + token[:8],
+        "9" * 11 + ":" + token[:36],
+        token[:32] + "-us12",
+        "MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ.ZnCjm1XVW7vRze4b7Cq4se7kKWs",
+        "AWS key: '" + token[:40] + "'",
+        'aws_secret = "' + token[:40] + '"',
+        "ok. 14:30 v1.2.3 sk- pk- k_live_ :",
+        " ",
+        "\n",
+        "_",
+        "x" * 200,
     ]
     for _ in range(400):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
         low = text.lower()
         for g in windowed:
             assert [m.span() for m in g.matches(text, low)] == [m.span() for m in g.pattern.finditer(text)], (
-                g.pattern.pattern, text)
+                g.pattern.pattern,
+                text,
+            )
 
 
 def test_the_gate_faster_patterns_match_where_the_plugins_do():

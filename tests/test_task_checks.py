@@ -99,13 +99,19 @@ def test_stub_passing_and_reference_failing_rows_are_quarantined_in_the_sandbox(
     assert why["line 5"] == "tests nothing: a stub passes (returns True)"
     assert why["line 6"] == "tests nothing: a stub passes (returns its first argument)"
     assert why["line 7"] == "tests nothing: a stub passes (returns None)"
-    assert why["line 8"] == "tests nothing: a stub passes (returns None, returns its first argument, returns True, raises)"
+    assert (
+        why["line 8"]
+        == "tests nothing: a stub passes (returns None, returns its first argument, returns True, raises)"
+    )
     assert why["line 9"].startswith("tests nothing: a stub passes (returns None")
     assert why["line 10"].startswith("reference fails: fail")
     assert why["line 11"] == "tests nothing: a stub passes (prints nothing)"
     assert why["line 12"] == "tests nothing: a stub passes (echoes its input)"
     assert why["line 13"].startswith("reference fails: fail")
-    assert why["line 14"] == "tests nothing: a stub passes (returns None, returns its first argument, returns True, raises)"
+    assert (
+        why["line 14"]
+        == "tests nothing: a stub passes (returns None, returns its first argument, returns True, raises)"
+    )
     assert all(q["file"] == path for q in env.quarantined)
     assert env.describe().startswith("4 rows, 10 quarantined")
     # the same file again in this process: nothing runs, the same rows go
@@ -114,7 +120,9 @@ def test_stub_passing_and_reference_failing_rows_are_quarantined_in_the_sandbox(
 
 
 def test_a_file_whose_every_row_tests_nothing_stops(tmp_path, box):
-    path = write_jsonl(tmp_path / "all-bad.jsonl", [mbpp("t", "def t(x):\n    return x", ["assert t(1) == 1"])])
+    path = write_jsonl(
+        tmp_path / "all-bad.jsonl", [mbpp("t", "def t(x):\n    return x", ["assert t(1) == 1"])]
+    )
     env = FileTasks(path)
     with pytest.raises(TaskFileError, match=r"all-bad\.jsonl has no usable row .*a stub passes"):
         env.validate(box)
@@ -135,7 +143,9 @@ def test_a_run_checks_its_task_files_at_start_up(tiny_model, tmp_path):
         assert rt.domains[f"file:{path}"].rows == len(GOOD)
         lines = (cfg.run_dir / "quarantine" / "rows.jsonl.jsonl").read_text().splitlines()
         assert {json.loads(ln)["where"]: json.loads(ln)["reason"][:14] for ln in lines} == {
-            "line 5": "tests nothing:", "line 6": "no prompt (a t"}
+            "line 5": "tests nothing:",
+            "line 6": "no prompt (a t",
+        }
     finally:
         rt.close()
 

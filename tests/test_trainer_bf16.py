@@ -114,7 +114,10 @@ def test_two_bf16_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
     run_job(1, lake, tiny_model, str(tmp_path / "one"), str(config))
     out2 = run_job(2, lake, tiny_model, str(tmp_path / "two"), str(config))
     assert '"world_size": 2' in out2
-    one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    one, two = (
+        load_file(tmp_path / "one" / "model.safetensors"),
+        load_file(tmp_path / "two" / "model.safetensors"),
+    )
     base = load_file(f"{tiny_model}/model.safetensors")
     assert {t.dtype for t in two.values()} == {torch.float32}
     key = "model.layers.0.self_attn.q_proj.weight"

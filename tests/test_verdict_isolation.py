@@ -333,7 +333,10 @@ def test_the_prompts_helpers_come_from_the_prompt_not_the_completion(box, tmp_pa
     """A completion that redefines the helper the tests compute expected values with (as
     HumanEval/32's `poly` or /38's `encode_cyclic`) changes nothing: the tests' process
     takes its helpers from the prompt."""
-    row = {**ROW, "test": "def check(candidate):\n    for n in range(5):\n        assert candidate(n) == helper_sq(n)\n"}
+    row = {
+        **ROW,
+        "test": "def check(candidate):\n    for n in range(5):\n        assert candidate(n) == helper_sq(n)\n",
+    }
     path = tmp_path / "helper.jsonl"
     path.write_text(json.dumps(row) + "\n")
     env = FileTasks(str(path))
