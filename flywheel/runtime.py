@@ -21,6 +21,7 @@ from pathlib import Path
 
 from environments import reward_functions
 from environments.sandbox import make_sandbox
+from environments.task_file import FileTasks
 from flywheel.config import FlywheelConfig
 from flywheel.fanout import make_fanout
 from flywheel.model_prep import resolve_model
@@ -66,7 +67,7 @@ class Runtime:
                 )
             reward_functions.probe(self.sandbox, functions)
             for env in self.domains:  # task-file rows whose tests a stub passes or their reference fails
-                if hasattr(env, "validate"):
+                if isinstance(env, FileTasks):
                     env.validate(self.sandbox)
         except BaseException:
             self.sandbox.close()
