@@ -49,8 +49,8 @@ def main() -> None:
     from bench.roofline import matmul_flops
     from flywheel.config import FlywheelConfig
     from flywheel.model_prep import resolve_model
-    from storage.lake import Lake
-    from storage.query import connect
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.query import connect
 
     config = FlywheelConfig()
     params = parameters(resolve_model(config.model.path, config.model.cache_dir))

@@ -44,7 +44,7 @@ def parts(run_dir: Path) -> dict[str, int]:
 
 def main() -> None:
     import flywheel  # noqa: F401  (offline defaults)
-    from flows.flywheel import flywheel as run_flywheel
+    from flywheel.flows.flywheel import flywheel as run_flywheel
     from flywheel.config import FlywheelConfig, apply_overrides
     from flywheel.model_prep import build_tiny_model
 

@@ -25,10 +25,10 @@ SETTINGS = {  # the engine sets 0 unless the variable is already set
 def worker(model: str) -> None:
     from transformers import AutoTokenizer
 
-    from environments import get_environment
+    from flywheel.environments import get_environment
     from flywheel.config import EngineConfig
-    from policy.chat import encode_chat
-    from policy.engines import SamplingSpec, make_engine
+    from flywheel.policy.chat import encode_chat
+    from flywheel.policy.engines import SamplingSpec, make_engine
 
     tok = AutoTokenizer.from_pretrained(model)
     env = get_environment("code")

@@ -8,7 +8,7 @@ engine's defaults: float32 unless --dtype, 1 GiB KV cache), alternated round by 
 - **vLLM plain**: `LLM.generate` on the prompts' token ids, nothing else (no logprobs);
 - **vLLM + logprobs**: the same with `logprobs=0`, which the trainer needs (the sampled
   token's logprob); this is the stage's real ceiling;
-- **generate stage**: `tasks.generate.rollouts` (chat encoding, the engine wrapper,
+- **generate stage**: `flywheel.tasks.generate.rollouts` (chat encoding, the engine wrapper,
   Rollout records), the code a cycle runs.
 Prints tokens/s for each, the stage's ratio to both, and where the rest goes: prompt
 encoding, the engine call, and record building, timed inside the stage's own round.
@@ -43,7 +43,7 @@ def batch_arguments() -> argparse.ArgumentParser:
 
 def code_tasks(count: int) -> list:
     """`count` train tasks of the code domain, its levels in turn."""
-    from environments import get_environment
+    from flywheel.environments import get_environment
 
     env = get_environment("code")
     return [t for level in env.levels for t in env.make_tasks("train", level, 0, count)][:count]
@@ -57,13 +57,13 @@ def main() -> None:
     from transformers import AutoTokenizer
     from vllm import SamplingParams, TokensPrompt
 
-    from environments.registry import Domains
+    from flywheel.environments.registry import Domains
     from flywheel.config import FlywheelConfig
     from flywheel.model_prep import resolve_model
-    from policy.chat import encode_chat
-    from policy.engines.vllm_engine import VLLMEngine
-    from tasks import generate as stage
-    from tasks.context import StageContext
+    from flywheel.policy.chat import encode_chat
+    from flywheel.policy.engines.vllm_engine import VLLMEngine
+    from flywheel.tasks import generate as stage
+    from flywheel.tasks.context import StageContext
 
     config = FlywheelConfig(
         run_id="bench", generation={"k": args.n, "max_tokens": args.max_tokens}, engine={"dtype": args.dtype}

@@ -22,13 +22,13 @@ def main() -> None:
     from safetensors import safe_open
 
     import flywheel  # noqa: F401
-    from storage.lake import Lake
+    from flywheel.storage.lake import Lake
 
     run_dir = Path(args.run_dir)
     summary = json.loads((run_dir / "cycles.jsonl").read_text().splitlines()[0])
     table = Lake(str(run_dir / "lake")).trajectories(summary["run_id"], [summary["cycle"]])
     generated = sum(len(ids) for ids in table.column("completion_token_ids").to_pylist())
-    from storage.policies import PolicyStore
+    from flywheel.storage.policies import PolicyStore
 
     policy_dir = PolicyStore(Lake(str(run_dir / "lake")), summary["run_id"], run_dir / "policy-cache").hf_dir()
     params = 0

@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flows.ingest import ingest_file  # noqa: E402
+from flywheel.flows.ingest import ingest_file  # noqa: E402
 from flywheel.config import IngestConfig  # noqa: E402
-from storage.lake import Lake  # noqa: E402
-from storage.traces import TraceStore  # noqa: E402
+from flywheel.storage.lake import Lake  # noqa: E402
+from flywheel.storage.traces import TraceStore  # noqa: E402
 
 
 def write_log(path: Path, n: int, seed: int = 0) -> None:
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    from storage.seaweed import SeaweedServer
+    from flywheel.storage.seaweed import SeaweedServer
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     log = tmp / "prod.jsonl"

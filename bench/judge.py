@@ -41,7 +41,7 @@ RUBRIC = "The response must be JSON with the invoice's exact total and vendor. 1
 def injection_table(url: str, n: int):
     """Per kind: (kind, n, raw mean, nonsense share, guarded mean), and the per-prompt raw
     scores (the injections' mean of their four variants) for paired intervals."""
-    from environments.judge import Judge, openai_asker, parse_verdict, verdict_choices
+    from flywheel.environments.judge import Judge, openai_asker, parse_verdict, verdict_choices
 
     choices = verdict_choices(10, 0.7, reference=False)
     ask, model = openai_asker(url, None, 120, 4, 40, choices)
@@ -66,11 +66,11 @@ def injection_table(url: str, n: int):
 
 
 def judged_run(url: str, cycles: int, tmp: Path) -> list[dict]:
-    from flows.flywheel import flywheel as run_flywheel
-    from flows.ingest import ingest_file
+    from flywheel.flows.flywheel import flywheel as run_flywheel
+    from flywheel.flows.ingest import ingest_file
     from flywheel.config import FlywheelConfig
-    from storage.lake import Lake
-    from storage.traces import TraceStore
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.traces import TraceStore
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from test_production_loop import production_log
@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=2, help="Cycles of the judged run (0: injections only).")
     args = ap.parse_args()
     from flywheel.model_prep import resolve_model
-    from policy.engines.vllm_server import VLLMServer
+    from flywheel.policy.engines.vllm_server import VLLMServer
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-judge-"))
     server = VLLMServer(resolve_model(None), max_model_len=2048, log_path=tmp / "server.log")

@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import flywheel  # noqa: E402,F401  (offline defaults)
-from environments.judge import Judgement  # noqa: E402
+from flywheel.environments.judge import Judgement  # noqa: E402
 from flywheel.stats import interval_text  # noqa: E402
 from tests.judge_suite import MemoCache, ObedientJudge, judge_items, load, paid, passes  # noqa: E402
 
@@ -105,9 +105,9 @@ def main() -> None:
           CONDITIONS)  # fmt: skip
     if args.stub_only:
         return
-    from environments.judge import constrained_choices, openai_asker
+    from flywheel.environments.judge import constrained_choices, openai_asker
     from flywheel.model_prep import resolve_model
-    from policy.engines.vllm_server import VLLMServer
+    from flywheel.policy.engines.vllm_server import VLLMServer
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-judge-inj-"))
     server = VLLMServer(resolve_model(None), max_model_len=2048, log_path=tmp / "server.log")

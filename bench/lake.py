@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import duckdb  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from storage.compact import compact  # noqa: E402
-from storage.lake import Lake  # noqa: E402
-from storage.query import PRIORITIES, REPLAY_SQL, select_replay  # noqa: E402
-from storage.seaweed import SeaweedServer  # noqa: E402
-from storage.synthetic import cycle_tables  # noqa: E402
+from flywheel.storage.compact import compact  # noqa: E402
+from flywheel.storage.lake import Lake  # noqa: E402
+from flywheel.storage.query import PRIORITIES, REPLAY_SQL, select_replay  # noqa: E402
+from flywheel.storage.seaweed import SeaweedServer  # noqa: E402
+from flywheel.storage.synthetic import cycle_tables  # noqa: E402
 
 K = 4
 

@@ -3,7 +3,7 @@
     .venv/bin/python bench/multiturn.py [MODEL_DIR] [--tasks 2] [--k 4] [--max-turns 4] [--rounds 2] [--concurrency 4]
 
 `repair` and `terminal` tasks (level 1, `tasks` of each, k trajectories per task) played
-by the generate stage's own code (`tasks.generate.play_episodes`: the episode runner, the
+by the generate stage's own code (`flywheel.tasks.generate.play_episodes`: the episode runner, the
 flywheel's vLLM engine, the bwrap sandbox pool with `concurrency` workspaces), with
 `generation.continuous_turns` off (lockstep: one generate call per turn for every live
 trajectory, a wave's trajectories released together) and on (each turn joins vLLM's
@@ -39,7 +39,7 @@ def before(rev: str):
         src = subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True, cwd=Path(__file__).parent)
         if name == "generate_before":  # the old stage calls the old runner
             src = src.replace(
-                "from policy.multiturn import run_episodes", "from multiturn_before import run_episodes"
+                "from flywheel.policy.multiturn import run_episodes", "from multiturn_before import run_episodes"
             )
         module = types.ModuleType(name)
         sys.modules[name] = module  # dataclasses look their module up
@@ -70,14 +70,14 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from environments import get_environment
-    from environments.registry import Domains
-    from environments.sandbox import make_sandbox
+    from flywheel.environments import get_environment
+    from flywheel.environments.registry import Domains
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import FlywheelConfig
     from flywheel.model_prep import resolve_model
-    from policy.engines.vllm_engine import VLLMEngine
-    from tasks import generate as stage
-    from tasks.context import StageContext
+    from flywheel.policy.engines.vllm_engine import VLLMEngine
+    from flywheel.tasks import generate as stage
+    from flywheel.tasks.context import StageContext
 
     config = FlywheelConfig(
         run_id="bench",

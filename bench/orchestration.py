@@ -20,7 +20,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
-from environments import get_environment
+from flywheel.environments import get_environment
 
 N = 40
 

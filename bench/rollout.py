@@ -16,8 +16,8 @@ import time
 
 
 def prompts_for(tokenizer, count: int) -> list[list[int]]:
-    from environments import get_environment
-    from policy.chat import encode_chat
+    from flywheel.environments import get_environment
+    from flywheel.policy.chat import encode_chat
 
     env = get_environment("code")
     tasks = [t for level in env.levels for t in env.make_tasks("train", level, 0, count)][:count]
@@ -26,8 +26,8 @@ def prompts_for(tokenizer, count: int) -> list[list[int]]:
 
 def bench_vllm(model: str, prompts, n: int, max_tokens: int, kv_cache_gib: int = 1) -> tuple[int, float]:
     from flywheel.config import EngineConfig
-    from policy.engines import SamplingSpec
-    from policy.engines.vllm_engine import VLLMEngine
+    from flywheel.policy.engines import SamplingSpec
+    from flywheel.policy.engines.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(model, EngineConfig(kv_cache_gib=kv_cache_gib))
     engine.generate(prompts[:1], SamplingSpec(n=1, max_tokens=8))  # warm-up

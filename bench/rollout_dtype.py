@@ -36,9 +36,9 @@ def child(args) -> None:
     from bench.generate_vs_vllm import code_tasks
     from flywheel.config import FlywheelConfig
     from flywheel.model_prep import resolve_model
-    from policy.chat import encode_chat
-    from policy.engines.base import SamplingSpec
-    from policy.engines.vllm_engine import VLLMEngine
+    from flywheel.policy.chat import encode_chat
+    from flywheel.policy.engines.base import SamplingSpec
+    from flywheel.policy.engines.vllm_engine import VLLMEngine
 
     config = FlywheelConfig(engine={"dtype": args.child})
     model = resolve_model(args.model or config.model.path, config.model.cache_dir)

@@ -45,7 +45,7 @@ def step_times(model: str, bf16: bool, batch_args) -> tuple[dict, dict, dict]:
     """(best seconds per objective, the model's shape, the batch's) for one trainer precision."""
     from bench.update import make_batch
     from flywheel.config import TrainerConfig
-    from policy.trainer import GRPOTrainer
+    from flywheel.policy.trainer import GRPOTrainer
 
     cfg = TrainerConfig(learning_rate=1e-6, bf16=bf16)
     trainer = GRPOTrainer(model, cfg)

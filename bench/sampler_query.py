@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import duckdb  # noqa: E402
 
-from storage.compact import compact, file_count  # noqa: E402
-from storage.lake import Lake  # noqa: E402
-from storage.synthetic import cycle_tables  # noqa: E402
-from storage.query import GROUPS_VIEW  # noqa: E402
-from tasks.curriculum import ARM_CYCLES_SQL, forget_cycles, level_stats  # noqa: E402
+from flywheel.storage.compact import compact, file_count  # noqa: E402
+from flywheel.storage.lake import Lake  # noqa: E402
+from flywheel.storage.synthetic import cycle_tables  # noqa: E402
+from flywheel.storage.query import GROUPS_VIEW  # noqa: E402
+from flywheel.tasks.curriculum import ARM_CYCLES_SQL, forget_cycles, level_stats  # noqa: E402
 
 
 def median_ms(fn, repeat: int) -> float:

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from environments import get_environment  # noqa: E402
-from environments.sandbox import Job, Limits  # noqa: E402
+from flywheel.environments import get_environment  # noqa: E402
+from flywheel.environments.sandbox import Job, Limits  # noqa: E402
 from flywheel.config import SandboxConfig  # noqa: E402
 
 LEVELS = (1, 2, 3)
@@ -57,7 +57,7 @@ def jobs(n: int) -> tuple[list[Job], list]:
 
 def baseline_run(job: Job):
     """A fresh interpreter per verification, files in a temp dir, no isolation."""
-    from environments.sandbox import ExecResult
+    from flywheel.environments.sandbox import ExecResult
 
     with tempfile.TemporaryDirectory(prefix="flywheel-bench-") as d:
         for name, content in job.files.items():
@@ -110,12 +110,12 @@ def main() -> None:
     for backend in args.backends.split(","):
         try:
             if backend == "bwrap":
-                from environments.sandbox.bwrap import BwrapSandbox
+                from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
                 BwrapSandbox(limits, 1).close()  # fails here when bwrap is missing
                 pools[f"{backend} pool"] = lambda c: BwrapSandbox(limits, c, recycle_after=args.recycle_after)
             else:
-                from environments.sandbox.docker_backend import DockerSandbox
+                from flywheel.environments.sandbox.docker_backend import DockerSandbox
 
                 DockerSandbox(limits, 1).close()  # fails here without an engine or the image
                 pools[f"{backend} pool"] = lambda c: DockerSandbox(limits, c, recycle_after=args.recycle_after)

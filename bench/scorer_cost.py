@@ -6,7 +6,7 @@ harness as it is and with the same harness unguarded (the scorers' own `eval` an
     python bench/scorer_cost.py [--repeats 3]
 
 Prints per harness: ms per answer (honest references and wrong answers, wall time of
-`tasks.score.verify` over the batch, sandbox concurrency 2) and how many of
+`flywheel.tasks.score.verify` over the batch, sandbox concurrency 2) and how many of
 tests/test_scorer_isolation.py's attack forms (forms x scorers) scored 1.0 with the
 code-like check off. Not a benchmark of the scorers themselves: the time is mostly the sandbox's.
 """
@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from environments import rg, rg_worker, verifiers  # noqa: E402
-from environments.registry import Domains  # noqa: E402
-from environments.sandbox import Job, make_sandbox  # noqa: E402
-from environments.tagged import PRELUDE, new_nonce  # noqa: E402
+from flywheel.environments import rg, rg_worker, verifiers  # noqa: E402
+from flywheel.environments.registry import Domains  # noqa: E402
+from flywheel.environments.sandbox import Job, make_sandbox  # noqa: E402
+from flywheel.environments.tagged import PRELUDE, new_nonce  # noqa: E402
 from flywheel.config import SandboxConfig  # noqa: E402
-from tasks.score import verify  # noqa: E402
+from flywheel.tasks.score import verify  # noqa: E402
 from tests.test_scorer_isolation import EVAL_FORMS, EVAL_SCORERS, PARSE_FORMS, PARSE_SCORERS  # noqa: E402
 
 

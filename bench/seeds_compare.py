@@ -25,7 +25,7 @@ import argparse
 from flywheel.cli_common import lake_and_store, run_config
 from flywheel.eval_report import task_scores
 from flywheel.stats import paired, seeds_paired, wilson
-from storage import evals
+from flywheel.storage import evals
 
 
 def final_scores(store: str | None, run_id: str) -> tuple[int, dict, dict, dict]:

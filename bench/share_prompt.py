@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def make_groups(vocab: int, groups: int, k: int, prompt: int, lo: int, hi: int):
-    from policy.trainer import TrainSample
+    from flywheel.policy.trainer import TrainSample
 
     rng = random.Random(0)
     batch = []
@@ -69,8 +69,8 @@ class BareStep:
         self.model.config.use_cache = False
 
     def step(self, batch, share: bool) -> tuple[int, float]:
-        from policy.batching import prompt_groups
-        from policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
+        from flywheel.policy.batching import prompt_groups
+        from flywheel.policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
 
         self.model.zero_grad(set_to_none=True)
         tokens, total = 0, 0.0
@@ -95,7 +95,7 @@ class BareStep:
 class TrainerStep:
     def __init__(self, model: str, micro_batch_tokens: int):
         from flywheel.config_training import TrainerConfig
-        from policy.trainer import GRPOTrainer
+        from flywheel.policy.trainer import GRPOTrainer
 
         self.trainer = GRPOTrainer(
             model, TrainerConfig(learning_rate=0.0, micro_batch_tokens=micro_batch_tokens)

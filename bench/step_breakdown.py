@@ -67,7 +67,7 @@ def instrument() -> None:
     from deepspeed.runtime.zero import partitioned_param_coordinator as ppc
     from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3 as Z3
 
-    from policy.trainer import GRPOTrainer
+    from flywheel.policy.trainer import GRPOTrainer
 
     GRPOTrainer._logprobs = _timed("logprobs", GRPOTrainer._logprobs)
     DeepSpeedEngine.forward = _timed("forward", DeepSpeedEngine.forward)
@@ -107,7 +107,7 @@ ROWS = (  # (label, what, of which)
 def trainer_breakdown(model: str, bf16: bool, args) -> tuple[dict, list]:
     from bench.update import make_batch
     from flywheel.config import TrainerConfig
-    from policy.trainer import GRPOTrainer
+    from flywheel.policy.trainer import GRPOTrainer
 
     trainer = GRPOTrainer(model, TrainerConfig(learning_rate=1e-6, bf16=bf16))
     batch = make_batch(trainer.engine.module.config.vocab_size, args.samples, args.prompt, args.completion)
@@ -137,8 +137,8 @@ def plain_reference(model: str, batch: list, args) -> dict:
     from transformers import AutoModelForCausalLM
 
     from flywheel.config import TrainerConfig
-    from policy.batching import plan, rank_share
-    from policy.trainer import GRPOTrainer, place_completions
+    from flywheel.policy.batching import plan, rank_share
+    from flywheel.policy.trainer import GRPOTrainer, place_completions
 
     net = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     net.config.use_cache = False

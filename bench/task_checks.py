@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    from environments.sandbox import Limits, libraries_dir
-    from environments.sandbox.bwrap import BwrapSandbox
-    from environments.task_file import FileTasks
+    from flywheel.environments.sandbox import Limits, libraries_dir
+    from flywheel.environments.sandbox.bwrap import BwrapSandbox
+    from flywheel.environments.task_file import FileTasks
     from flywheel.config import SandboxConfig
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

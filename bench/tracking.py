@@ -92,7 +92,7 @@ def main() -> None:
         cycle_s = float(arg)
     sys.path.insert(0, str(REPO))
     from tests.mlflow_server import start_mlflow_server, stop_mlflow_server
-    from storage.seaweed import free_port
+    from flywheel.storage.seaweed import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -29,7 +29,7 @@ import torch
 
 
 def make_batch(vocab: int, samples: int, prompt: int, completion: int):
-    from policy.trainer import TrainSample
+    from flywheel.policy.trainer import TrainSample
 
     rng = random.Random(0)
     batch = []
@@ -62,9 +62,9 @@ class PlainTorchStep:
         self.cfg = cfg
 
     def step(self, samples):
-        from policy.batching import micro_batches
-        from policy.grpo import clipped_pg_loss, token_weights
-        from policy.logprobs import pad_batch, token_logprobs
+        from flywheel.policy.batching import micro_batches
+        from flywheel.policy.grpo import clipped_pg_loss, token_weights
+        from flywheel.policy.logprobs import pad_batch, token_logprobs
 
         weights_of = dict(
             zip(map(id, samples), token_weights([len(s.completion_ids) for s in samples], "token_mean"))
@@ -95,7 +95,7 @@ def _trainer_process(conn, model: str, lora_rank: int) -> None:
     """One trainer in a child process: builds it, reports, then steps on request."""
     import flywheel  # noqa: F401
     from flywheel.config_training import LoraConfig, TrainerConfig
-    from policy.trainer import GRPOTrainer
+    from flywheel.policy.trainer import GRPOTrainer
 
     lora = LoraConfig(r=lora_rank, alpha=2 * lora_rank) if lora_rank else None
     trainer = GRPOTrainer(model, TrainerConfig(learning_rate=1e-6, lora=lora))
@@ -146,7 +146,7 @@ def main() -> None:
     import flywheel  # noqa: F401
     from flywheel.config import TrainerConfig
     from flywheel.model_prep import resolve_model
-    from policy.trainer import GRPOTrainer
+    from flywheel.policy.trainer import GRPOTrainer
 
     ap = batch_arguments(steps=3)
     ap.add_argument("--budgets", default="", help="comma-separated micro_batch_tokens to time as well")

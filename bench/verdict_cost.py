@@ -17,10 +17,10 @@ import json
 import statistics
 import time
 
-from environments import get_environment
-from environments.domains.humaneval import HumanEval
-from environments.sandbox import Limits, libraries_dir
-from environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments import get_environment
+from flywheel.environments.domains.humaneval import HumanEval
+from flywheel.environments.sandbox import Limits, libraries_dir
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
 from flywheel.config import SandboxConfig
 
 

@@ -18,7 +18,7 @@ recipe plus the flags):
 - the model (SmolLM2-135M-Instruct fp32 by default), the machine and its threads;
 - the train tasks: TRL gets the flywheel sampler's stream of fresh tasks (tasks/sample.py
   `fresh_tasks`, same seeds, in cycle order, `tasks_per_cycle` prompts per step);
-- the reward: TRL's reward function calls `tasks.score.verify`, the score stage's own
+- the reward: TRL's reward function calls `flywheel.tasks.score.verify`, the score stage's own
   code, so code is verified in the same bubblewrap sandbox pool; plus the same overlong
   penalty;
 - GRPO's knobs where TRL has them: group size k, prompts per step (one optimizer step per
@@ -146,9 +146,9 @@ def load(spec: str) -> tuple[BenchConfig, Path]:
 def run_flywheel(bench: BenchConfig, work: Path, round_: int) -> dict:
     from prefect import flow
 
-    from flows.flywheel import _run
-    from storage.lake import Lake
-    from storage.policies import PolicyStore
+    from flywheel.flows.flywheel import _run
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.policies import PolicyStore
 
     cfg = flywheel_config(bench, f"vs-trl-r{round_}", str(work / "flywheel-runs"))
 

@@ -14,14 +14,14 @@ def run_eval(bench, cfg, points: list[dict]) -> list[dict]:
     the FlywheelConfig both sides trained with (bench/vs_trl.py's `flywheel_config`)."""
     from transformers import AutoTokenizer
 
-    from environments.registry import Domains
-    from environments.sandbox import make_sandbox
-    from flows.evaluate import eval_tasks
+    from flywheel.environments.registry import Domains
+    from flywheel.environments.sandbox import make_sandbox
+    from flywheel.flows.evaluate import eval_tasks
     from flywheel.model_prep import resolve_model
-    from policy.chat import encode_chat
-    from policy.engines import SamplingSpec, make_engine
-    from policy.grpo import overlong_penalty
-    from tasks.score import verify
+    from flywheel.policy.chat import encode_chat
+    from flywheel.policy.engines import SamplingSpec, make_engine
+    from flywheel.policy.grpo import overlong_penalty
+    from flywheel.tasks.score import verify
 
     model_dir = resolve_model(cfg.model.path, cfg.model.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -1,5 +1,5 @@
 """bench/vs_trl.py's TRL side: TRL 1.16's GRPOTrainer on the flywheel's own task stream,
-reward (tasks.score.verify in the same sandbox pool) and GRPO knobs, with a clock that
+reward (flywheel.tasks.score.verify in the same sandbox pool) and GRPO knobs, with a clock that
 leaves out the time spent saving policies for the evaluation."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 def train_stream(cfg, steps: int, tokenizer) -> list:
     """The flywheel sampler's fresh tasks for cycles 0..steps-1 in order, `tasks_per_cycle`
     per cycle, without prompts the flywheel would quarantine as too long."""
-    from environments.registry import Domains
-    from policy.chat import encode_chat
-    from tasks.sample import fresh_plan, fresh_tasks, sampled_levels
+    from flywheel.environments.registry import Domains
+    from flywheel.policy.chat import encode_chat
+    from flywheel.tasks.sample import fresh_plan, fresh_tasks, sampled_levels
 
     domains = Domains(cfg.sampler.domains)
     plan = fresh_plan(sampled_levels(domains, cfg.sampler), cfg.sampler.tasks_per_cycle)
@@ -25,9 +25,9 @@ def train_stream(cfg, steps: int, tokenizer) -> list:
 
 def make_reward(cfg, tasks, sandbox):
     """TRL's reward function: the flywheel's verifier and penalties, nothing else."""
-    from environments.registry import Domains
-    from policy.grpo import overlong_penalty
-    from tasks.score import verify
+    from flywheel.environments.registry import Domains
+    from flywheel.policy.grpo import overlong_penalty
+    from flywheel.tasks.score import verify
 
     by_id = {t.task_id: t for t in tasks}
     envs = Domains(cfg.sampler.domains)
@@ -127,9 +127,9 @@ def run_trl(bench, cfg, work: Path, round_: int, tag: str = "") -> dict:
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
-    from environments.sandbox import make_sandbox
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.model_prep import resolve_model
-    from policy.chat import encode_chat
+    from flywheel.policy.chat import encode_chat
 
     model_dir = resolve_model(cfg.model.path, cfg.model.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -18,8 +18,8 @@ import random
 from pathlib import Path
 
 from flywheel.stats import unpaired, wilson
-from storage.lake import Lake
-from storage.query import connect
+from flywheel.storage.lake import Lake
+from flywheel.storage.query import connect
 
 SQL = "SELECT cycle, informative, domain, level FROM groups WHERE split = 'train' AND cycle < ? ORDER BY cycle"
 

@@ -3,8 +3,8 @@ verifiers, reward functions, and the registry that finds them all (registry.py).
 
 from __future__ import annotations
 
-from environments.base import CheckEnvironment, Environment, SandboxEnvironment, Score
-from environments.registry import BUILTIN, Domains, get_environment
+from flywheel.environments.base import CheckEnvironment, Environment, SandboxEnvironment, Score
+from flywheel.environments.registry import BUILTIN, Domains, get_environment
 
 DOMAINS = BUILTIN  # the built-in domains by name
 

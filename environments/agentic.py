@@ -20,7 +20,7 @@ perfect, clean episode scores exactly 1.0 and the process terms only shape the r
 hack scores 0, with what it would have earned as a negative `penalty`.
 
 The kind is "episode" (environments/base.py): these domains have no single-turn check
-or job; generate plays them with policy.multiturn.run_episodes, which scores each one.
+or job; generate plays them with flywheel.policy.multiturn.run_episodes, which scores each one.
 `reference(task)` gives the tool calls of a passing episode as assistant messages, one
 call per turn; `tool_call_text` renders such a message in the format the model is asked
 to write.
@@ -31,11 +31,11 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 
-from environments.base import Environment, Score
-from environments.sandbox import Workspace
-from environments.tool_formats import BY_NAME, ToolFormat
-from environments.tools import is_valid, tools_prompt
-from storage.schema import TaskSpec
+from flywheel.environments.base import Environment, Score
+from flywheel.environments.sandbox import Workspace
+from flywheel.environments.tool_formats import BY_NAME, ToolFormat
+from flywheel.environments.tools import is_valid, tools_prompt
+from flywheel.storage.schema import TaskSpec
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from environments.sandbox import ExecResult, Job
-from storage.schema import TaskSpec, stable_id
+from flywheel.environments.sandbox import ExecResult, Job
+from flywheel.storage.schema import TaskSpec, stable_id
 
 Kind = Literal["check", "sandbox", "episode"]
 
@@ -37,7 +37,7 @@ Kind = Literal["check", "sandbox", "episode"]
 @dataclass
 class Score:
     reward: float
-    verdict: str  # one of storage.schema.VERDICTS
+    verdict: str  # one of flywheel.storage.schema.VERDICTS
     outcome: float = 0.0
     process: float = 0.0
     penalty: float = 0.0

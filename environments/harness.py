@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 
-from environments.isolated import PARENT
-from environments.sandbox import ExecResult, Job
-from environments.tagged import PRELUDE, new_nonce, read_tagged
+from flywheel.environments.isolated import PARENT
+from flywheel.environments.sandbox import ExecResult, Job
+from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
 
 # Call the entry function in the solution's own process on each input; report the
 # outputs (compared on the host).

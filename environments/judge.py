@@ -46,8 +46,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from environments.judge_guard import addresses_judge, clean, reduce
-from storage.schema import stable_id
+from flywheel.environments.judge_guard import addresses_judge, clean, reduce
+from flywheel.storage.schema import stable_id
 
 SYSTEM = (
     "You are a strict grader. You grade one response to one task against a rubric{ref}. The task{refdata} and "
@@ -146,7 +146,7 @@ class Judge:
     model: str  # who judges, part of the cache key
     scale: int = 10
     max_retries: int = 2
-    cache: object = None  # storage.judgements.JudgeCache
+    cache: object = None  # flywheel.storage.judgements.JudgeCache
     stats: JudgeStats = field(default_factory=JudgeStats)
     pass_score: float = 0.7
     second_pass: bool = True  # judge passes again without the completion's carriers (judge_guard.reduce)
@@ -307,8 +307,8 @@ def openai_asker(base_url: str, model: str | None, timeout_s: float, concurrency
 
 def engine_asker(engine, tokenizer, max_tokens: int):
     """ask() on the run's own engine: greedy, one sample per prompt."""
-    from policy.chat import encode_chat
-    from policy.engines import SamplingSpec
+    from flywheel.policy.chat import encode_chat
+    from flywheel.policy.engines import SamplingSpec
 
     def ask(batch):
         prompts = [encode_chat(tokenizer, messages) for messages in batch]
@@ -336,7 +336,7 @@ def make_judge(cfg, lake, engine=None, tokenizer=None) -> Judge | None:
         return None
     tokens = max(cfg.max_tokens, VERDICT_TOKENS)  # the verdict object: ~25 tokens, over the config's default
     if cfg.backend == "openai":
-        from storage.judgements import JudgeCache
+        from flywheel.storage.judgements import JudgeCache
 
         choices = constrained_choices(cfg.scale, cfg.pass_score) if cfg.constrain else None
         ask, model = openai_asker(cfg.base_url, cfg.model, cfg.timeout_s, cfg.max_concurrency, tokens, choices)

@@ -29,12 +29,12 @@ import ast
 import json
 import re
 
-from environments.audit import audit_python
-from environments.base import Score
-from environments.domains.code import extract_code
-from environments.isolated import PARENT
-from environments.sandbox import ExecResult, Job
-from environments.tagged import PRELUDE, new_nonce, read_tagged
+from flywheel.environments.audit import audit_python
+from flywheel.environments.base import Score
+from flywheel.environments.domains.code import extract_code
+from flywheel.environments.isolated import PARENT
+from flywheel.environments.sandbox import ExecResult, Job
+from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
 
 # One definition, used on the host for the expected values and in the harness's trusted
 # process for the returned ones (plain values there: the solution's process sent data).

@@ -29,21 +29,21 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import entry_points
 
-from environments.base import Environment
+from flywheel.environments.base import Environment
 
 
 BUILTIN = {
-    "code": "environments.domains.code:CodeSynthesis",
-    "math": "environments.domains.math:MathReasoning",
-    "extraction": "environments.domains.extraction:DocExtraction",
-    "data": "environments.domains.data:DataTransform",
-    "repair": "environments.domains.repair:CodeRepair",  # multi-turn: tools in a workspace
-    "terminal": "environments.domains.terminal:Terminal",  # multi-turn
+    "code": "flywheel.environments.domains.code:CodeSynthesis",
+    "math": "flywheel.environments.domains.math:MathReasoning",
+    "extraction": "flywheel.environments.domains.extraction:DocExtraction",
+    "data": "flywheel.environments.domains.data:DataTransform",
+    "repair": "flywheel.environments.domains.repair:CodeRepair",  # multi-turn: tools in a workspace
+    "terminal": "flywheel.environments.domains.terminal:Terminal",  # multi-turn
 }
 # Eval-only suites: reported beside the held-out cells (eval.suites), never trained on.
 SUITES = {
-    "humaneval": "environments.domains.humaneval:HumanEval",  # 164 problems nobody here wrote
-    "code_transfer": "environments.domains.code_transfer:CodeTransfer",  # function families `code` never trains on
+    "humaneval": "flywheel.environments.domains.humaneval:HumanEval",  # 164 problems nobody here wrote
+    "code_transfer": "flywheel.environments.domains.code_transfer:CodeTransfer",  # function families `code` never trains on
 }
 ENTRY_POINT_GROUP = "flywheel.domains"
 
@@ -64,13 +64,13 @@ def _load_class(target: str, spec: str):
     except (ImportError, AttributeError) as exc:
         raise DomainError(f"domain {spec!r}: cannot import {target} ({type(exc).__name__}: {exc})") from exc
     if not (isinstance(obj, type) and issubclass(obj, Environment)):
-        raise DomainError(f"domain {spec!r}: {target} is not an environments.base.Environment subclass")
+        raise DomainError(f"domain {spec!r}: {target} is not a flywheel.environments.base.Environment subclass")
     return obj
 
 
 def rg_aliases() -> dict[str, str]:
     """reasoning-gym's generators by `rg/NAME` and by `rg/CATEGORY/NAME` -> `rg/NAME`."""
-    from environments import rg
+    from flywheel.environments import rg
 
     out = {}
     for name, info in rg.included().items():
@@ -116,14 +116,14 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
     if spec in BUILTIN or spec in SUITES:
         return _load_class({**BUILTIN, **SUITES}[spec], spec)()
     if spec.startswith("rg/"):
-        from environments.rg import ReasoningGym
+        from flywheel.environments.rg import ReasoningGym
 
         try:
             return ReasoningGym(spec[len("rg/") :])
         except ValueError as exc:
             raise DomainError(str(exc)) from exc
     if spec.startswith("file:"):
-        from environments.task_file import FileTasks, TaskFileError
+        from flywheel.environments.task_file import FileTasks, TaskFileError
 
         try:
             return FileTasks(spec[len("file:") :], eval_only=eval_only)
@@ -141,8 +141,8 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
 @lru_cache(maxsize=None)
 def resolve_traces(spec: str, source) -> Environment:
     """`traces:WORKLOAD` from a TraceSource (environments/traces.py), built once per process."""
-    from environments.task_file import TaskFileError
-    from environments.traces import TraceTasks
+    from flywheel.environments.task_file import TaskFileError
+    from flywheel.environments.traces import TraceTasks
 
     if source is None:
         raise DomainError(f"domain {spec!r}: production traces are read from a lake: give the run (run_id) or store.uri")

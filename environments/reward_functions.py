@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from importlib.machinery import PathFinder
 from pathlib import Path
 
-from environments.sandbox import ExecResult, Job, Limits
-from environments.tagged import PRELUDE, new_nonce, read_tagged
+from flywheel.environments.sandbox import ExecResult, Job, Limits
+from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
 
 ROOT = "_rewards"  # where the sources sit in the job's workspace
 MAX_SOURCE_BYTES = 4 << 20

@@ -44,12 +44,12 @@ from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from environments.base import SandboxEnvironment, Score, check_split, reply, split_of
-from environments.rg_worker import HARNESS
-from environments.sandbox import Job
-from environments.tagged import new_nonce
-from environments.verifiers import code_like, tagged_report
-from storage.schema import TaskSpec, stable_id
+from flywheel.environments.base import SandboxEnvironment, Score, check_split, reply, split_of
+from flywheel.environments.rg_worker import HARNESS
+from flywheel.environments.sandbox import Job
+from flywheel.environments.tagged import new_nonce
+from flywheel.environments.verifiers import code_like, tagged_report
+from flywheel.storage.schema import TaskSpec, stable_id
 
 log = logging.getLogger(__name__)
 CATALOGUE = Path(__file__).with_name("rg_catalogue.json")
@@ -92,7 +92,7 @@ class Helper:
             if self.proc is None or self.proc.poll() is not None:
                 env = {**os.environ, "PYTHONHASHSEED": "0"}
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "environments.rg_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    [sys.executable, "-m", "flywheel.environments.rg_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL, env=env, text=True,
                 )  # fmt: skip
             self.proc.stdin.write(json.dumps(payload) + "\n")

@@ -42,9 +42,9 @@ import sys
 import time
 from pathlib import Path
 
-from environments import safe_parse
-from environments.rg_witness import witness
-from environments.tagged import PRELUDE
+from flywheel.environments import safe_parse
+from flywheel.environments.rg_witness import witness
+from flywheel.environments.tagged import PRELUDE
 
 ITEM_TIMEOUT_S = 10
 

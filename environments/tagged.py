@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import secrets
 
-from environments.sandbox import ExecResult, Job
+from flywheel.environments.sandbox import ExecResult, Job
 
 PRELUDE = r"""
 import json, os

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import ast
 
-from environments.base import Score
-from environments.domains.code import extract_code
-from storage.schema import stable_id
+from flywheel.environments.base import Score
+from flywheel.environments.domains.code import extract_code
+from flywheel.storage.schema import stable_id
 
 CHECK_VERSION = "2"
 _STUB_BODIES = {

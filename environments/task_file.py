@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from environments import verifiers as v
-from environments.base import SandboxEnvironment, Score, check_split, reply, split_of
-from environments.python_tests import score_tests, tests_job
-from environments.task_checks import check_rows
-from environments.task_rows import Row, RowError, normalise, read_rows
-from storage.schema import TaskSpec, stable_id
+from flywheel.environments import verifiers as v
+from flywheel.environments.base import SandboxEnvironment, Score, check_split, reply, split_of
+from flywheel.environments.python_tests import score_tests, tests_job
+from flywheel.environments.task_checks import check_rows
+from flywheel.environments.task_rows import Row, RowError, normalise, read_rows
+from flywheel.storage.schema import TaskSpec, stable_id
 
 VERSION = "1"
 

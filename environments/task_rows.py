@@ -37,10 +37,10 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from environments.python_tests import TestsError, split_tests
-from environments.task_checks import never_calls
-from environments.verifiers import KINDS, parse_number
-from storage.schema import stable_id
+from flywheel.environments.python_tests import TestsError, split_tests
+from flywheel.environments.task_checks import never_calls
+from flywheel.environments.verifiers import KINDS, parse_number
+from flywheel.storage.schema import stable_id
 
 MAX_PROMPT_CHARS = 100_000
 MAX_DEPTH = 64  # nesting levels a row may have; deeper ones are quarantined

@@ -26,8 +26,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from environments.sandbox import Limits, Workspace
-from environments.tool_formats import BY_NAME, ToolFormat
+from flywheel.environments.sandbox import Limits, Workspace
+from flywheel.environments.tool_formats import BY_NAME, ToolFormat
 
 TOOL_SPECS = {
     "run_shell": {

@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from environments.task_file import FileTasks, TaskFileError
-from environments.verifiers import HOST_KINDS
-from storage.schema import TaskSpec
+from flywheel.environments.task_file import FileTasks, TaskFileError
+from flywheel.environments.verifiers import HOST_KINDS
+from flywheel.storage.schema import TaskSpec
 
 ANSWER_KINDS = ("exact", "numeric", "math", "json_fields", "regex")
 
@@ -81,8 +81,8 @@ class TraceTasks(FileTasks):
     """The tasks of one workload's traces; verified as a task file's rows are."""
 
     def __init__(self, workload: str, source: TraceSource):
-        from storage.lake import Lake
-        from storage.traces import TraceStore
+        from flywheel.storage.lake import Lake
+        from flywheel.storage.traces import TraceStore
 
         self.workload, self.eval_only = workload, False
         self.path = self.name = f"traces:{workload}"

@@ -40,14 +40,14 @@ import unicodedata
 from fractions import Fraction
 from pathlib import Path
 
-from environments import safe_parse
-from environments.audit import audit_python
-from environments.base import Score
-from environments.domains.code import extract_code
-from environments.domains.extraction import check_field, find_last_object
-from environments.python_tests import cases_score
-from environments.sandbox import ExecResult, Job
-from environments.tagged import PRELUDE, new_nonce, read_tagged
+from flywheel.environments import safe_parse
+from flywheel.environments.audit import audit_python
+from flywheel.environments.base import Score
+from flywheel.environments.domains.code import extract_code
+from flywheel.environments.domains.extraction import check_field, find_last_object
+from flywheel.environments.python_tests import cases_score
+from flywheel.environments.sandbox import ExecResult, Job
+from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
 
 HOST_KINDS = ("exact", "numeric", "json_fields", "regex")
 SANDBOX_KINDS = ("math", "python_tests", "python_io")

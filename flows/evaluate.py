@@ -23,17 +23,17 @@ import time
 
 from prefect import flow, get_run_logger
 
-from environments.registry import expand, expand_all
+from flywheel.environments.registry import expand, expand_all
 from flywheel import eval_report
 from flywheel.config import FlywheelConfig
 from flywheel.progress_lines import lines_unless_shown
 from flywheel.reporting import artifact_key
 from flywheel.results import EvalResult
 from flywheel.runtime import Runtime
-from storage import evals
-from tasks.generate import generate
-from tasks.sample import quarantine_long_prompts, sampled_levels
-from tasks.score import score
+from flywheel.storage import evals
+from flywheel.tasks.generate import generate
+from flywheel.tasks.sample import quarantine_long_prompts, sampled_levels
+from flywheel.tasks.score import score
 
 EVAL_SEED = 20261130  # fixed: every evaluation sees the same held-out tasks
 

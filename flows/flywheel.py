@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
 
-from flows.evaluate import evaluate_and_track
+from flywheel.flows.evaluate import evaluate_and_track
 from flywheel import zero_signal
 from flywheel.config import FlywheelConfig
 from flywheel.console import check_stop
@@ -30,12 +30,12 @@ from flywheel.reporting import by_domain_level, publish_cycle
 from flywheel.results import CycleSummary, FlywheelResult
 from flywheel.runtime import Runtime
 from flywheel.tracking import Tracker
-from storage.query import connect
-from tasks.archive import archive
-from tasks.generate import generate
-from tasks.replay import replay
-from tasks.sample import sample
-from tasks.score import score
+from flywheel.storage.query import connect
+from flywheel.tasks.archive import archive
+from flywheel.tasks.generate import generate
+from flywheel.tasks.replay import replay
+from flywheel.tasks.sample import sample
+from flywheel.tasks.score import score
 
 
 def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
@@ -195,7 +195,7 @@ def _cold_start(config: FlywheelConfig) -> None:
     """`cold_start`: SFT on the domains' reference replies before a new run's first cycle."""
     cold = config.cold_start
     if cold.references and _is_new(config):
-        from flows.sft import sft
+        from flywheel.flows.sft import sft
 
         sft(config, references=cold.references, epochs=cold.epochs, batch_size=cold.batch_size,
             learning_rate=cold.learning_rate)  # fmt: skip
@@ -204,8 +204,8 @@ def _cold_start(config: FlywheelConfig) -> None:
 def _is_new(config: FlywheelConfig) -> bool:
     """No policy version and no committed cycle yet: a resumed run never gets a cold start
     (its samples so far came from the policy it has)."""
-    from storage.lake import Lake
-    from storage.policies import PolicyStore
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.policies import PolicyStore
 
     lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
     if PolicyStore(lake, config.run_id, config.run_dir / "policy-cache").version:

@@ -27,15 +27,15 @@ from pathlib import Path
 import pyarrow as pa
 from prefect import flow, get_run_logger
 
-from environments.task_rows import read_rows
+from flywheel.environments.task_rows import read_rows
 from flywheel.config import FlywheelConfig, IngestConfig
 from flywheel.production_logs import RecordError, parse_record
 from flywheel.progress import stage
 from flywheel.reporting import publish_table
 from flywheel.scrub import Scrubber
-from storage.lake import Lake
-from storage.schema import TRACE_SCHEMA, stable_id
-from storage.traces import TraceStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.schema import TRACE_SCHEMA, stable_id
+from flywheel.storage.traces import TraceStore
 
 PREVIEW_CHARS = 500
 

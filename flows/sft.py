@@ -29,7 +29,7 @@ from prefect import flow, get_run_logger
 from flywheel.config import FlywheelConfig
 from flywheel.progress import stage
 from flywheel.runtime import Runtime
-from policy.trainer import TrainSample
+from flywheel.policy.trainer import TrainSample
 
 
 # A demonstration: (prompt ids, completion ids, a mask as logprobs: 0.0 for a token to
@@ -54,7 +54,7 @@ def demonstrations_from_lake(lake, run_id: str, min_reward: float) -> list[Demo]
 
 def demonstrations_from_file(path: str, tokenizer) -> tuple[list[Demo], list[dict]]:
     """(prompt ids, completion ids) per good row, and the quarantined rows with reasons."""
-    from environments.task_rows import read_rows  # bad bytes, nesting, a cut gzip: quarantined, never fatal
+    from flywheel.environments.task_rows import read_rows  # bad bytes, nesting, a cut gzip: quarantined, never fatal
 
     rows = [raw if not error else {"_raw": "", "_error": f"{where}: {error}"} for where, raw, error in read_rows(path)]
     good, bad = [], []
@@ -93,8 +93,8 @@ def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, p
     not the ones RL then draws (both are train split; the eval split is never touched).
     """
     from flywheel.run_domains import build_domains
-    from policy.multiturn import play_reference
-    from tasks.sample import sampled_levels
+    from flywheel.policy.multiturn import play_reference
+    from flywheel.tasks.sample import sampled_levels
 
     domains = build_domains(config)
     out = []

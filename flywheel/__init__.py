@@ -1,9 +1,20 @@
 """flywheel: RL post-training of language models on verifiable rewards.
 
+One import namespace: the repository's folders are installed under it (`flows/` is
+`flywheel.flows`, `tasks/` is `flywheel.tasks`, and so on), so nothing generic lands in
+site-packages. What a user, a notebook or a plug-in needs is importable from here:
+
+    from flywheel import FlywheelConfig, flywheel, evaluate      # run from a notebook
+    from flywheel import Environment, Score, Draft, reply         # write a domain
+
+Those names load on first use (PEP 562), so `import flywheel` stays cheap: the CLI and
+the sandbox's helpers import it without pulling in torch, vLLM or Prefect.
+
 Importing the package sets offline-friendly defaults (no telemetry, no hub look-ups,
 no cloud metadata probing); anything already set in the environment wins.
 """
 
+import importlib
 import os
 
 for _key, _value in {
@@ -18,3 +29,32 @@ for _key, _value in {
     "VLLM_LOGGING_LEVEL": "WARNING",
 }.items():
     os.environ.setdefault(_key, _value)
+
+# The public API: name -> the module that defines it.
+_PUBLIC = {
+    "FlywheelConfig": "flywheel.config",
+    "flywheel": "flywheel.flows.flywheel",  # the RL flow: run (or resume) a run's cycles
+    "evaluate": "flywheel.flows.evaluate",
+    "sft": "flywheel.flows.sft",
+    "Environment": "flywheel.environments.base",
+    "CheckEnvironment": "flywheel.environments.base",
+    "SandboxEnvironment": "flywheel.environments.base",
+    "Score": "flywheel.environments.base",
+    "Draft": "flywheel.environments.base",
+    "GeneratedTasks": "flywheel.environments.base",
+    "reply": "flywheel.environments.base",
+    "Row": "flywheel.environments.task_rows",  # one task row, as task files hold them
+    "read_rows": "flywheel.environments.task_rows",
+    "get_environment": "flywheel.environments.registry",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'flywheel' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_PUBLIC])

@@ -55,7 +55,7 @@ def run(
         config_file, set_, **{"cycles": cycles, "model.path": model, "store.uri": store,
                               "store.endpoint": s3_endpoint, "run_id": run_id},
     )  # fmt: skip
-    from flows.flywheel import flywheel as flywheel_flow
+    from flywheel.flows.flywheel import flywheel as flywheel_flow
     from flywheel.cli_eval import before_after
 
     with live_display(config, verbose) as reporter:
@@ -87,7 +87,7 @@ def sft(
     """SFT cold start: demonstrations (a file, the domains' references, else the run's own
     passing trajectories) become the run's next policy version."""
     config = checked_config(config_file, set_, run_id=run_id)
-    from flows.sft import sft as sft_flow
+    from flywheel.flows.sft import sft as sft_flow
 
     with live_display(config, verbose) as reporter:
         result = sft_flow(config, data_path=data, references=references, epochs=epochs, batch_size=batch_size,
@@ -111,7 +111,7 @@ def server(
 
 
 def _open_lake(run_id: Optional[str], store: Optional[str], s3_endpoint: Optional[str], runs_dir: str):
-    from storage.lake import Lake
+    from flywheel.storage.lake import Lake
 
     if not store and not run_id:
         typer.secho("give --run-id (its lake under the runs dir) or --store", fg="red", err=True)
@@ -137,7 +137,7 @@ def query(
     """Run SQL over the lake's committed trajectories and tasks; print a table."""
     import duckdb
 
-    from storage.query import connect
+    from flywheel.storage.query import connect
 
     lake = _open_lake(run_id, store, s3_endpoint, runs_dir)
     try:
@@ -170,7 +170,7 @@ def report(
 ):
     """Reward, pass rate and the share of zero-variance groups per run and cycle, by
     domain and level (or by domain, or whole cycles); or per production workload."""
-    from storage.query import connect
+    from flywheel.storage.query import connect
 
     keys = {"level": "domain, level", "domain": "domain", "cycle": "split"}
     if by == "workload":
@@ -205,7 +205,7 @@ def domains(
 ):
     """Every domain found: built in, installed plug-ins (the `flywheel.domains` entry
     points) and the config's own (task files, module:Class), with kind, levels and source."""
-    from environments.registry import available
+    from flywheel.environments.registry import available
 
     config = valid_config(config_file, set_)
     from flywheel.run_domains import trace_source
@@ -250,9 +250,9 @@ def sandbox_build_image(
 ):
     """Build the docker sandbox image locally (no registry) from this machine's system python
     and sandbox.libraries, on every configured docker host."""
-    from environments.sandbox import libraries_dir
-    from environments.sandbox.docker_backend import docker_unavailable
-    from environments.sandbox.docker_image import build_image
+    from flywheel.environments.sandbox import libraries_dir
+    from flywheel.environments.sandbox.docker_backend import docker_unavailable
+    from flywheel.environments.sandbox.docker_image import build_image
 
     config = valid_config(config_file, [])
     libraries = libraries_dir(config.sandbox)
@@ -286,7 +286,7 @@ def engine_serve(
     import signal
     import time
 
-    from policy.engines.vllm_server import VLLMServer
+    from flywheel.policy.engines.vllm_server import VLLMServer
 
     server = VLLMServer(model, port, host, max_model_len=max_model_len, dtype=dtype)
     typer.echo(f"starting vLLM on {server.url} (log {server.log_path}) ...")

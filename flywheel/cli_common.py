@@ -66,13 +66,13 @@ def live_display(config: FlywheelConfig | None = None, verbose: bool = False, lo
 def preflight(config: FlywheelConfig) -> None:
     """Fail in seconds, naming the model path, lake, domain, task file or reward function
     at fault, before Prefect, vLLM and DeepSpeed start."""
-    from environments.registry import DomainError
-    from environments.reward_functions import RewardFunctionError, load
+    from flywheel.environments.registry import DomainError
+    from flywheel.environments.reward_functions import RewardFunctionError, load
     from flywheel.model_prep import ModelError
     from flywheel.run_domains import build_domains
     from flywheel.runtime import check_inputs
-    from policy.lora import LoraTargetError
-    from storage.lake import LakeError
+    from flywheel.policy.lora import LoraTargetError
+    from flywheel.storage.lake import LakeError
 
     try:
         check_inputs(config, say=typer.echo)
@@ -103,8 +103,8 @@ def run_config(run_id: str, runs_dir: str, store: str | None, s3_endpoint: str |
 
 
 def lake_and_store(config):
-    from storage.lake import Lake
-    from storage.policies import PolicyStore
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.policies import PolicyStore
 
     lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
     return lake, PolicyStore(lake, config.run_id, config.run_dir / "policy-cache")

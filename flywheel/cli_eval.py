@@ -49,7 +49,7 @@ def eval_command(
 ):
     """Held-out evaluation: greedy pass@1 with 95% intervals per cell, group and suite."""
     config = checked_config(config_file, set_, **{"model.path": model, "run_id": run_id})
-    from flows.evaluate import evaluate
+    from flywheel.flows.evaluate import evaluate
 
     with live_display(config, verbose) as reporter:
         result = evaluate(config, tasks_per_level=tasks_per_level, k=k, version=version)
@@ -79,7 +79,7 @@ def compare(
 ):
     """Paired difference of greedy pass@1 between two evaluated versions, per group."""
     from flywheel import eval_report
-    from storage import evals
+    from flywheel.storage import evals
 
     cfg_a = run_config(run_id, runs_dir, store, s3_endpoint)
     lake, store_a = lake_and_store(cfg_a)
@@ -134,7 +134,7 @@ def export(
 
 def model_card_text(lake, run_id: str, version: int, base: str) -> str:
     from flywheel import eval_report
-    from storage import evals
+    from flywheel.storage import evals
 
     con = evals.connect(lake, run_id)
     groups = lake.evaluation_groups(run_id, version)

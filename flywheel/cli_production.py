@@ -25,7 +25,7 @@ def ingest(
     set_: list[str] = typer.Option([], "--set", help="Override any config key: --set 'ingest.scrub_patterns={ticket: T-\\d+}'"),
 ):
     """Ingest production traces: scrubbed, deduplicated, exactly once; malformed records quarantined."""
-    from flows.ingest import ingest as ingest_flow
+    from flywheel.flows.ingest import ingest as ingest_flow
     from flywheel.scrub import Scrubber
 
     try:
@@ -72,7 +72,7 @@ def deploy(
 
     from flywheel.deploy import DeployRefused, deploy as deploy_policy, gate
     from flywheel.model_prep import resolve_model
-    from storage.deployments import Deployments
+    from flywheel.storage.deployments import Deployments
 
     urls = [u.strip() for item in to for u in item.split(",") if u.strip()]
     config = run_config(run_id, runs_dir, store, s3_endpoint)

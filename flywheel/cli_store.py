@@ -21,7 +21,7 @@ def serve(
     secret_key: str = typer.Option("flywheel-secret"),
 ):
     """Run a local S3 server (SeaweedFS) until Ctrl-C, for a lake on S3 on one machine."""
-    from storage.seaweed import SeaweedServer
+    from flywheel.storage.seaweed import SeaweedServer
 
     server = SeaweedServer(data_dir, port, access_key, secret_key)
     try:
@@ -57,8 +57,8 @@ def compact_command(
     rows_per_file: int = typer.Option(1_000_000),
 ):
     """Merge a run's per-cycle files into large ones; no query's result changes."""
-    from storage.compact import compact
-    from storage.lake import Lake
+    from flywheel.storage.compact import compact
+    from flywheel.storage.lake import Lake
 
     lake = Lake(store or str(Path(runs_dir).absolute() / run_id / "lake"), s3_endpoint)
     done = compact(lake, run_id, rows_per_file)

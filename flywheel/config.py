@@ -18,7 +18,7 @@ from typing import Literal, get_args
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from environments.sandbox.base import Limits
+from flywheel.environments.sandbox.base import Limits
 from flywheel.config_production import IngestConfig, JudgeConfig, WorkloadConfig
 from flywheel.config_section import Section
 from flywheel.config_tasks import CurriculumConfig, EvalConfig, ReplayConfig, SamplerConfig
@@ -169,7 +169,7 @@ class RewardFunctionConfig(Section):
     )
 
     def spec(self) -> tuple:
-        """What environments.reward_functions.load takes."""
+        """What flywheel.environments.reward_functions.load takes."""
         return (self.name, self.weight) if self.range is None else (self.name, self.weight, self.range)
 
 
@@ -310,7 +310,7 @@ class FlywheelConfig(Section):
     @property
     def trainer_bf16(self) -> bool:
         """Whether the trainer computes in bf16 (`trainer.bf16`, empty: where the GPU has it)."""
-        from policy.trainer import uses_bf16  # torch: only when asked
+        from flywheel.policy.trainer import uses_bf16  # torch: only when asked
 
         return uses_bf16(self.trainer)
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flywheel import eval_report
-from storage import evals
-from storage.deployments import Deployments
+from flywheel.storage import evals
+from flywheel.storage.deployments import Deployments
 
 
 class DeployRefused(RuntimeError):
@@ -73,7 +73,7 @@ def gate(lake, run_id: str, version: int, serving: tuple[str, int]) -> Gate:
 def deploy(lake, run_id: str, version: int, hf_dir: str, urls: list[str], engine_cfg) -> Gate:
     """Gate, then push `hf_dir` (the candidate's weights) into every server; recorded in the
     lake. Raises DeployRefused (gate failed) or the engine's error naming a server."""
-    from policy.engines.openai_server import OpenAIServerEngine
+    from flywheel.policy.engines.openai_server import OpenAIServerEngine
 
     record = Deployments(lake)
     serving = record.serving() or (run_id, 0)

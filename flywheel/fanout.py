@@ -135,7 +135,7 @@ class RayFanout:
     def map(self, body: Callable, items: list, ctx, *, engine: bool = False) -> list:
         from prefect_ray.context import remote_options
 
-        from tasks.shards import ShardParts, run_shard
+        from flywheel.tasks.shards import ShardParts, run_shard
 
         shards = split(items, self.cfg.shards)
         if not shards:

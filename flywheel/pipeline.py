@@ -28,7 +28,7 @@ import json
 import time
 from datetime import datetime, timezone
 
-from tasks.update import sync, update
+from flywheel.tasks.update import sync, update
 
 
 class UpdatePipeline:

@@ -29,7 +29,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from flywheel.scrub import Scrubber
-from storage.schema import stable_id
+from flywheel.storage.schema import stable_id
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MAX_MESSAGE_CHARS = 100_000

@@ -106,7 +106,7 @@ def domains_png(rows: list[tuple[str, int, float]], title: str) -> bytes | None:
 def publish_cycle(rt, summary) -> None:
     """Table per domain and level, markdown summary, reward curve over every committed
     cycle of the run (read from the lake, so resumed runs draw the whole curve), link."""
-    from storage.query import connect
+    from flywheel.storage.query import connect
 
     con = connect(rt.lake, rt.run_id)
     rows = con.execute(CURVE_SQL).fetchall()
@@ -193,7 +193,7 @@ def publish_eval_curve(rt, by_group: dict[str, list[str]]) -> None:
     """Every evaluated version of the run, from the lake: runs/<id>/eval_curve.png and an
     image artifact."""
     from flywheel import eval_report
-    from storage import evals
+    from flywheel.storage import evals
 
     con = evals.connect(rt.lake, rt.run_id)
     versions = [

@@ -13,7 +13,7 @@ import json
 import logging
 from pathlib import Path
 
-from environments.registry import DomainError, Domains, expand_all, mixture
+from flywheel.environments.registry import DomainError, Domains, expand_all, mixture
 from flywheel.config import FlywheelConfig
 
 log = logging.getLogger("flywheel")
@@ -27,7 +27,7 @@ def domain_specs(config: FlywheelConfig) -> list[str]:
 def trace_source(config: FlywheelConfig):
     """Where `traces:` domains read: the run's lake (or store.uri), and the workloads'
     verifiers; None when the config names no lake (no run id, no store.uri)."""
-    from environments.traces import TraceSource
+    from flywheel.environments.traces import TraceSource
 
     if not (config.run_id or config.store.uri):
         return None

@@ -19,16 +19,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from environments import reward_functions
-from environments.sandbox import make_sandbox
-from environments.task_file import FileTasks
+from flywheel.environments import reward_functions
+from flywheel.environments.sandbox import make_sandbox
+from flywheel.environments.task_file import FileTasks
 from flywheel.config import FlywheelConfig
 from flywheel.fanout import make_fanout
 from flywheel.model_prep import resolve_model
 from flywheel.run_domains import build_domains, write_quarantine
-from storage.lake import Lake
-from storage.policies import PolicyStore
-from tasks.context import StageContext
+from flywheel.storage.lake import Lake
+from flywheel.storage.policies import PolicyStore
+from flywheel.tasks.context import StageContext
 
 log = logging.getLogger("flywheel")
 
@@ -39,7 +39,7 @@ def check_inputs(config: FlywheelConfig, say=log.info) -> tuple[str, Lake]:
     LoraTargetError or LakeError naming what is wrong."""
     model_dir = resolve_model(config.model.path, config.model.cache_dir, log=say)
     if config.trainer.lora is not None:
-        from policy.lora import check_targets
+        from flywheel.policy.lora import check_targets
 
         check_targets(model_dir, config.trainer.lora)
     return model_dir, Lake(config.lake_uri, config.store.endpoint, config.store.region)
@@ -134,7 +134,7 @@ class Runtime:
     def engine(self):
         """Started on first use, so a resumed run with nothing left to generate skips it."""
         if self._engine is None:
-            from policy.engines import make_engine
+            from flywheel.policy.engines import make_engine
 
             version, policy_dir = self.policy_version, self.policy_dir
             from flywheel.console import start_deaf_to_ctrl_c
@@ -151,7 +151,7 @@ class Runtime:
     def judge(self):
         """`reward.judge`'s judge (environments/judge.py), built on first use; None without a rubric."""
         if self._judge is None and self.config.reward.judge.rubric:
-            from environments.judge import make_judge
+            from flywheel.environments.judge import make_judge
 
             self._judge = make_judge(
                 self.config.reward.judge, self.lake, lambda: self.engine, lambda: self.tokenizer
@@ -185,7 +185,7 @@ class Runtime:
         if self._trainer is None:
             if start_engine:
                 self.engine  # noqa: B018  (start order matters)
-            from policy.trainer import GRPOTrainer
+            from flywheel.policy.trainer import GRPOTrainer
 
             checkpoint = self.policies.checkpoint()
             if checkpoint:  # weights and optimizer state, exactly
@@ -217,6 +217,6 @@ class Runtime:
 
 
 def _probe_job():
-    from environments.sandbox import Job
+    from flywheel.environments.sandbox import Job
 
     return Job(["python", "-c", "print(6 * 7)"])

@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 
 from flywheel.config import FlywheelConfig
 from flywheel.stats import wilson
-from storage.lake import Lake
-from storage.traces import TraceStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.traces import TraceStore
 
 TRAINED_SQL = """
 SELECT domain, sum(pass_rate * samples) / sum(samples), sum(samples)::INT FROM domain_cycles
@@ -47,10 +47,10 @@ def _interval(k: int, n: int) -> str:
 
 
 def workload_rows(config: FlywheelConfig) -> list[dict]:
-    from environments.registry import DomainError, resolve_traces
+    from flywheel.environments.registry import DomainError, resolve_traces
     from flywheel.run_domains import trace_source
-    from storage import evals
-    from storage.query import connect
+    from flywheel.storage import evals
+    from flywheel.storage.query import connect
 
     lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
     traces = TraceStore(lake).dataset().to_table(columns=["workload_id"])

@@ -48,15 +48,15 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
-from environments.agentic import DEFAULT_WEIGHTS, RewardWeights
-from environments.base import Score
-from environments.sandbox import Limits
-from environments.tool_formats import ToolFormat, pick, template_has_tools
-from environments.tools import InvalidCall, execute, parse_tool_calls, step_record, tool_specs, truncate
-from policy.chat import encode_chat
-from policy.engines.base import Sample, SamplingSpec
-from policy.engines.requests import open_requests
-from storage.schema import stable_id
+from flywheel.environments.agentic import DEFAULT_WEIGHTS, RewardWeights
+from flywheel.environments.base import Score
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.tool_formats import ToolFormat, pick, template_has_tools
+from flywheel.environments.tools import InvalidCall, execute, parse_tool_calls, step_record, tool_specs, truncate
+from flywheel.policy.chat import encode_chat
+from flywheel.policy.engines.base import Sample, SamplingSpec
+from flywheel.policy.engines.requests import open_requests
+from flywheel.storage.schema import stable_id
 
 
 def no_call(fmt: ToolFormat) -> str:
@@ -81,8 +81,8 @@ class Episode:
     seconds: float = 0.0  # from asking for a workspace to scored
 
     def rollout(self):
-        """This scored episode as a `tasks.records.Rollout`."""
-        from tasks.records import Rollout
+        """This scored episode as a `flywheel.tasks.records.Rollout`."""
+        from flywheel.tasks.records import Rollout
 
         return Rollout(
             task=self.task, sample_index=self.sample_index,
@@ -385,7 +385,7 @@ def play_reference(tokenizer, sandbox, task, env, messages: list[dict], *, max_t
     """The episode of `env.reference(task)` (`messages`, one assistant message per turn),
     its tool calls executed in a real workspace and the result scored: an SFT
     demonstration whose observation tokens are marked NaN, as in a policy episode."""
-    from environments.agentic import tool_call_text
+    from flywheel.environments.agentic import tool_call_text
 
     fmt = pick(tokenizer, tool_format)
     replies = [tool_call_text(m, fmt) for m in messages]

@@ -46,10 +46,10 @@ from pathlib import Path
 
 import torch
 
-from policy import lora
-from policy.batching import MicroBatch, plan, rank_share
-from policy.grpo import clipped_pg_loss, decoupled_importance, nll_loss, token_weights
-from policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
+from flywheel.policy import lora
+from flywheel.policy.batching import MicroBatch, plan, rank_share
+from flywheel.policy.grpo import clipped_pg_loss, decoupled_importance, nll_loss, token_weights
+from flywheel.policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
 
 GPU_MIN_SHARED_PROMPT = 1024  # tokens; bench/share_prompt.py on an H200 (bench/README.md)
 WEIGHT_FILES = (".safetensors", ".bin", "model.safetensors.index.json")

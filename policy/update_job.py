@@ -6,7 +6,7 @@ cycle's committed trajectories from the lake, takes its share, and rank 0 export
 new weights (and, with --checkpoint-dir, the DeepSpeed checkpoint that the next
 update resumes from):
 
-    torchrun --nproc_per_node 2 -m policy.update_job --lake runs/R/lake --run-id R \\
+    torchrun --nproc_per_node 2 -m flywheel.policy.update_job --lake runs/R/lake --run-id R \\
         --cycle 0 --model MODEL_DIR --out runs/R/policy/v1 [--checkpoint-dir D --tag v1] \
         [--kl-reference SFT_OR_BASE_DIR]
 """
@@ -40,9 +40,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     import flywheel  # noqa: F401  (offline defaults)
     from flywheel.config import FlywheelConfig
-    from policy.trainer import GRPOTrainer
-    from storage.lake import Lake
-    from tasks.update import cycle_batch
+    from flywheel.policy.trainer import GRPOTrainer
+    from flywheel.storage.lake import Lake
+    from flywheel.tasks.update import cycle_batch
 
     config = FlywheelConfig.from_yaml(args.config) if args.config else FlywheelConfig()
     lake = Lake(args.lake, args.endpoint)

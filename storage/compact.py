@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storage.lake import SCHEMAS, Lake
-from storage.schema import SCHEMA_VERSION, with_cycle
+from flywheel.storage.lake import SCHEMAS, Lake
+from flywheel.storage.schema import SCHEMA_VERSION, with_cycle
 
 SORT_KEYS = {
     "tasks": [("cycle", "ascending"), ("task_id", "ascending")],

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from storage.schema import TRAJECTORY_SCHEMA
+from flywheel.storage.schema import TRAJECTORY_SCHEMA
 
 EVAL_TASKS_VIEW = """
 CREATE OR REPLACE VIEW eval_tasks AS

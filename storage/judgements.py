@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from storage.lake import Lake
+from flywheel.storage.lake import Lake
 
 JUDGEMENT_SCHEMA = pa.schema(
     [

@@ -36,7 +36,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from storage.schema import (
+from flywheel.storage.schema import (
     SCHEMA_VERSION, TASK_SCHEMA, TRAJECTORY_SCHEMA, TaskSpec, tasks_from_table, to_table, with_cycle,
 )  # fmt: skip
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from storage.lake import Lake
+from flywheel.storage.lake import Lake
 
 EMPTY = {"version": 0, "updated_cycle": -1, "versions": {}}
 

@@ -11,8 +11,8 @@ import dataclasses
 
 import duckdb
 
-from storage.lake import Lake
-from storage.schema import TaskSpec
+from flywheel.storage.lake import Lake
+from flywheel.storage.schema import TaskSpec
 
 
 def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pyarrow as pa
 
-from storage.schema import TASK_SCHEMA, TRAJECTORY_SCHEMA
+from flywheel.storage.schema import TASK_SCHEMA, TRAJECTORY_SCHEMA
 
 DOMAINS = ("code", "math", "terminal")
 

@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from storage.lake import Lake
-from storage.schema import SCHEMA_VERSION, TRACE_SCHEMA
+from flywheel.storage.lake import Lake
+from flywheel.storage.schema import SCHEMA_VERSION, TRACE_SCHEMA
 
 
 class TraceStore:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from storage.schema import TaskSpec, Trajectory
+from flywheel.storage.schema import TaskSpec, Trajectory
 
 
 @task(name="archive", retries=2, retry_delay_seconds=2, timeout_seconds=600, cache_policy=NO_CACHE)

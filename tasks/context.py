@@ -32,16 +32,16 @@ class Parts(Protocol):
     def tokenizer(self): ...
 
     @property
-    def sandbox(self): ...  # environments.sandbox.Sandbox
+    def sandbox(self): ...  # flywheel.environments.sandbox.Sandbox
 
     @property
-    def engine(self): ...  # policy.engines.Engine
+    def engine(self): ...  # flywheel.policy.engines.Engine
 
     @property
-    def domains(self): ...  # environments.registry.Domains
+    def domains(self): ...  # flywheel.environments.registry.Domains
 
     @property
-    def reward_functions(self) -> list: ...  # environments.reward_functions.RewardFunction
+    def reward_functions(self) -> list: ...  # flywheel.environments.reward_functions.RewardFunction
 
     @property
-    def judge(self): ...  # environments.judge.Judge, or None without reward.judge.rubric
+    def judge(self): ...  # flywheel.environments.judge.Judge, or None without reward.judge.rubric

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 import duckdb
 
-from storage.lake import Lake
-from storage.query import GROUPS_VIEW
+from flywheel.storage.lake import Lake
+from flywheel.storage.query import GROUPS_VIEW
 
 # Per committed cycle and arm: sums, so that any window is the sum of its cycles' rows.
 ARM_CYCLES_SQL = """
@@ -117,7 +117,7 @@ def eval_prior(lake: Lake, run_id: str, version: int, k: int = 8) -> dict[tuple[
     """Per (domain, level), the chance a group of `k` samples has reward variance, as the
     policy `version`'s (or the latest evaluated one before it) greedy held-out evaluation
     suggests (`variance_chance`). Empty when the run has no evaluation."""
-    from storage import evals
+    from flywheel.storage import evals
 
     con = evals.connect(lake, run_id)
     row = con.execute("SELECT max(policy_version) FROM eval_cells WHERE mode = 'greedy' AND policy_version <= ?",

@@ -26,14 +26,14 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from environments.agentic import RewardWeights
+from flywheel.environments.agentic import RewardWeights
 from flywheel.progress import stage
-from policy.chat import encode_chat
-from policy.engines import SamplingSpec
-from policy.multiturn import run_episodes
-from storage.schema import TaskSpec, stable_id
-from tasks.context import Parts, StageContext
-from tasks.records import Rollout
+from flywheel.policy.chat import encode_chat
+from flywheel.policy.engines import SamplingSpec
+from flywheel.policy.multiturn import run_episodes
+from flywheel.storage.schema import TaskSpec, stable_id
+from flywheel.tasks.context import Parts, StageContext
+from flywheel.tasks.records import Rollout
 
 CALL_SEQUENCES = 256
 

@@ -3,7 +3,7 @@
 A rollout is a sampled trajectory before scoring: its messages, tokens, logprobs and
 steps. Single-turn rollouts leave the generate stage unscored; multi-turn ones were
 scored in their workspace before it was released, and carry that `episode_score`. The
-score stage turns every rollout into a `storage.schema.Trajectory` through
+score stage turns every rollout into a `flywheel.storage.schema.Trajectory` through
 `trajectory_record`, so every field of a record is filled in one place.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from environments.base import Score
-from storage.schema import TaskSpec, Trajectory, stable_id
-from tasks.context import StageContext
+from flywheel.environments.base import Score
+from flywheel.storage.schema import TaskSpec, Trajectory, stable_id
+from flywheel.tasks.context import StageContext
 
 
 @dataclass

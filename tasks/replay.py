@@ -11,8 +11,8 @@ import dataclasses
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from storage.query import select_replay
-from storage.schema import TaskSpec
+from flywheel.storage.query import select_replay
+from flywheel.storage.schema import TaskSpec
 
 
 @task(name="replay", cache_policy=NO_CACHE)
@@ -50,7 +50,7 @@ def production_failures(rt, limit: int, queued: set[str]) -> list[TaskSpec]:
 def judged_failures(rt, env, skip: set[str]) -> list[TaskSpec]:
     """`env`'s untried logged responses that the run's judge scores under its pass score
     (each judged once: the judge's cache keeps the score)."""
-    from environments.judge import prompt_text
+    from flywheel.environments.judge import prompt_text
 
     if rt.judge is None:
         return []

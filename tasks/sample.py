@@ -18,11 +18,11 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from environments.registry import expand_all, mixture
-from policy.chat import encode_chat
+from flywheel.environments.registry import expand_all, mixture
+from flywheel.policy.chat import encode_chat
 from flywheel.reporting import publish_table
-from tasks.curriculum import allot, arm_rows, cell_weights, eval_prior, level_stats, thompson
-from storage.schema import TaskSpec, stable_id
+from flywheel.tasks.curriculum import allot, arm_rows, cell_weights, eval_prior, level_stats, thompson
+from flywheel.storage.schema import TaskSpec, stable_id
 
 
 def sampled_levels(domains, sampler) -> dict[str, list[int]]:

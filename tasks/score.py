@@ -27,15 +27,15 @@ import json
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from environments import Environment, Score
-from environments import reward_functions as rf
-from environments.sandbox import ExecResult, Job
+from flywheel.environments import Environment, Score
+from flywheel.environments import reward_functions as rf
+from flywheel.environments.sandbox import ExecResult, Job
 from flywheel.config import RewardConfig
 from flywheel.progress import stage
-from policy.grpo import overlong_penalty
-from storage.schema import TaskSpec, Trajectory
-from tasks.context import Parts, StageContext
-from tasks.records import Rollout, trajectory_record
+from flywheel.policy.grpo import overlong_penalty
+from flywheel.storage.schema import TaskSpec, Trajectory
+from flywheel.tasks.context import Parts, StageContext
+from flywheel.tasks.records import Rollout, trajectory_record
 
 
 @dataclasses.dataclass
@@ -132,7 +132,7 @@ def judge_rollouts(judge, ctx: StageContext, rollouts: list[Rollout]) -> list:
     cost goes to <run dir>/judge.jsonl."""
     if judge is None or not rollouts:
         return []
-    from environments.judge import prompt_text
+    from flywheel.environments.judge import prompt_text
 
     items = [(prompt_text(r.task.prompt), r.completion, judge_reference(r.task)) for r in rollouts]
     with stage("judge", total=len(items)) as advance:

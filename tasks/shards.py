@@ -4,7 +4,7 @@ A worker has none of the driver's live parts (the Runtime holds processes and ca
 pickled), so a shard receives the stage's context and rebuilds the parts the body uses
 (`ShardParts`: tokenizer, sandbox, engine, domains, reward functions: tasks/context.py's
 `Parts`), and the bodies are the very functions the local path runs on the driver's
-Runtime (tasks.generate.rollouts, tasks.score.score_rollouts), so a shard's records are
+Runtime (flywheel.tasks.generate.rollouts, flywheel.tasks.score.score_rollouts), so a shard's records are
 made by the same code.
 
 Live parts are built on first use and cached in this module, one set per worker process:
@@ -92,15 +92,15 @@ class ShardParts:
 
     @property
     def reward_functions(self) -> list:
-        from environments import reward_functions
+        from flywheel.environments import reward_functions
 
         specs = [f.spec() for f in self.config.reward.functions]
         return _part(("rewards", repr(specs)), lambda: reward_functions.load(specs))
 
     @property
     def judge(self):
-        from environments.judge import make_judge
-        from storage.lake import Lake
+        from flywheel.environments.judge import make_judge
+        from flywheel.storage.lake import Lake
 
         cfg, store = self.config.reward.judge, self.config.store
         lake = lambda: Lake(self.config.lake_uri, store.endpoint, store.region)  # noqa: E731
@@ -109,7 +109,7 @@ class ShardParts:
 
     @property
     def sandbox(self):
-        from environments.sandbox import make_sandbox
+        from flywheel.environments.sandbox import make_sandbox
 
         cfg, domains = self.config.sandbox, self.domains
         warmup = tuple(dict.fromkeys(e.sandbox_warmup for e in domains if e.sandbox_warmup))
@@ -118,7 +118,7 @@ class ShardParts:
     @property
     def engine(self):
         """This node's engine, holding policy `policy_version` of this run."""
-        from policy.engines import make_engine
+        from flywheel.policy.engines import make_engine
 
         base, cfg, seed = self.base_model, self.config.engine, self.config.seed
         key = ("engine", base, cfg.model_dump_json(), seed)
@@ -133,8 +133,8 @@ class ShardParts:
     def policy_dir(self) -> str:
         """A local dir with this run's `policy_version` weights, from the lake."""
         from flywheel.model_prep import cache_root
-        from storage.lake import Lake
-        from storage.policies import PolicyStore
+        from flywheel.storage.lake import Lake
+        from flywheel.storage.policies import PolicyStore
 
         store = self.config.store
         lake = Lake(self.config.lake_uri, store.endpoint, store.region)

@@ -21,8 +21,8 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from policy.grpo import group_advantages, zero_variance_groups
-from policy.trainer import TrainSample
+from flywheel.policy.grpo import group_advantages, zero_variance_groups
+from flywheel.policy.trainer import TrainSample
 
 
 def cycle_batch(

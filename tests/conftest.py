@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import flywheel  # noqa: F401  (offline defaults)
-from storage.seaweed import free_port  # noqa: F401  (tests import it from here)
+from flywheel.storage.seaweed import free_port  # noqa: F401  (tests import it from here)
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +29,7 @@ def prefect_server():
 def seaweedfs(tmp_path_factory):
     """A real S3 server on loopback (storage/seaweed.py), its credentials in the standard
     AWS environment variables. Yields the endpoint URL."""
-    from storage.seaweed import SeaweedServer
+    from flywheel.storage.seaweed import SeaweedServer
 
     server = SeaweedServer(
         tmp_path_factory.mktemp("seaweedfs"), access_key="flywheel-test", secret_key="flywheel-secret"
@@ -53,7 +53,7 @@ def vllm_server(tiny_model, tmp_path_factory):
     check at the cost of a second start-up (~70 s)."""
     import os
 
-    from policy.engines.vllm_server import VLLMServer
+    from flywheel.policy.engines.vllm_server import VLLMServer
 
     srv = VLLMServer(tiny_model, max_model_len=512, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
     srv.start()

@@ -21,11 +21,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.judge import Judge, Judgement
-from environments.judge_guard import clean
-from environments.verifiers import check_json_fields
+from flywheel.environments.judge import Judge, Judgement
+from flywheel.environments.judge_guard import clean
+from flywheel.environments.verifiers import check_json_fields
 from flywheel.config import JudgeConfig, RewardConfig
-from tasks.score import with_functions
+from flywheel.tasks.score import with_functions
 
 DATA = Path(__file__).parent / "data" / "judge_injections.jsonl"
 RUBRIC = (

@@ -8,8 +8,8 @@ once imported and `cycle <n>` before each commit, so a test knows where it kille
 import sys
 import time
 
-from storage.lake import Lake
-from storage.synthetic import cycle_tables
+from flywheel.storage.lake import Lake
+from flywheel.storage.synthetic import cycle_tables
 
 K = 4
 

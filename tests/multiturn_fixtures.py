@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from environments.sandbox import Limits
-from environments.tools import ToolCall, execute, step_record
-from policy.engines.base import Engine, Sample
-from policy.engines.requests import ContinuousBatching, Requests
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.tools import ToolCall, execute, step_record
+from flywheel.policy.engines.base import Engine, Sample
+from flywheel.policy.engines.requests import ContinuousBatching, Requests
 
 END = "<|im_end|>"
 
@@ -136,7 +136,7 @@ def play(env, task, box, calls: list[dict]):
 
 @pytest.fixture(scope="module")
 def box():
-    from environments.sandbox.bwrap import BwrapSandbox
+    from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
     sandbox = BwrapSandbox(Limits(wall_s=10, memory_mb=512, output_bytes=65536), concurrency=4)
     yield sandbox

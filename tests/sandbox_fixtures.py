@@ -12,7 +12,7 @@ import secrets
 
 import pytest
 
-from environments.sandbox import Job, Limits
+from flywheel.environments.sandbox import Job, Limits
 
 BACKENDS = ["bwrap", "docker"]
 # The escape suite's limits, and a canary planted in the environment its pools start from.
@@ -22,11 +22,11 @@ CANARY = "flywheel-canary-" + secrets.token_hex(8)
 
 def make_box(backend: str, limits: Limits, concurrency: int, **kw):
     if backend == "bwrap":
-        from environments.sandbox.bwrap import BwrapSandbox
+        from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
         return BwrapSandbox(limits, concurrency, **kw)
-    from environments.sandbox.docker_backend import DockerSandbox, docker_unavailable
-    from environments.sandbox.docker_image import DEFAULT_IMAGE, build_image
+    from flywheel.environments.sandbox.docker_backend import DockerSandbox, docker_unavailable
+    from flywheel.environments.sandbox.docker_image import DEFAULT_IMAGE, build_image
 
     why = docker_unavailable()
     if why:

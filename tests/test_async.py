@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def run(tiny_model, prefect_server, tmp_path_factory):
-    from flows.flywheel import flywheel
+    from flywheel.flows.flywheel import flywheel
 
     cfg = FlywheelConfig(
         run_id="async", runs_dir=str(tmp_path_factory.mktemp("runs")), cycles=3, seed=5,
@@ -25,7 +25,7 @@ def run(tiny_model, prefect_server, tmp_path_factory):
         pipeline={"max_policy_lag": 1}, eval={"before_and_after": False},
     )  # fmt: skip
     result = flywheel(cfg)
-    from storage.lake import Lake
+    from flywheel.storage.lake import Lake
 
     return cfg, result.cycles, Lake(cfg.lake_uri)
 
@@ -51,14 +51,14 @@ def test_updates_corrected_for_the_lag_and_synced(run):
     synced = [u for u in updates if "sync_max_logprob_diff" in u]
     assert [u["policy_version"] for u in synced] == [1, 3]
     assert all(u["sync_max_logprob_diff"] < 1e-4 for u in synced)
-    from storage.policies import PolicyStore
+    from flywheel.storage.policies import PolicyStore
 
     assert PolicyStore(lake, "async", cfg.run_dir / "policy-cache").manifest["updated_cycle"] == 2
     assert [s.update.get("update_cycle") for s in summaries] == [None, None, 0]
 
 
 def test_rerun_resumes_without_redoing(run):
-    from flows.flywheel import flywheel
+    from flywheel.flows.flywheel import flywheel
 
     cfg, _, lake = run
     before = lake.trajectories("async").num_rows
@@ -73,7 +73,7 @@ def test_single_cycle_finishes_updates_an_async_run_left_undone(updated, next_cy
     the next single-cycle flow runs update 1 before cycle 2's stages."""
     from types import SimpleNamespace
 
-    from flows.flywheel import cycles_to_finish
+    from flywheel.flows.flywheel import cycles_to_finish
 
     rt = SimpleNamespace(manifest={"updated_cycle": updated}, next_cycle=lambda: next_cycle)
     assert list(cycles_to_finish(rt)) == expected

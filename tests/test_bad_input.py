@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from environments.task_file import FileTasks, TaskFileError
-from environments.task_rows import MAX_DEPTH, read_rows
-from flows.ingest import count_records, ingest_file
+from flywheel.environments.task_file import FileTasks, TaskFileError
+from flywheel.environments.task_rows import MAX_DEPTH, read_rows
+from flywheel.flows.ingest import count_records, ingest_file
 from flywheel.config import IngestConfig
-from storage.lake import Lake
-from storage.traces import TraceStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.traces import TraceStore
 
 
 def good(i: int) -> dict:
@@ -178,7 +178,7 @@ def test_sft_demonstrations_read_through_the_same_reader(tmp_path, tiny_model):
     10,000-deep line are quarantined with their line, the good demonstrations kept."""
     from transformers import AutoTokenizer
 
-    from flows.sft import demonstrations_from_file
+    from flywheel.flows.sft import demonstrations_from_file
 
     demo = lambda w: json.dumps({"messages": [{"role": "user", "content": f"Say {w}."},  # noqa: E731
                                               {"role": "assistant", "content": w}]}).encode()  # fmt: skip

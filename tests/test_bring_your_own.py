@@ -22,7 +22,7 @@ FUNCTIONS = ROOT / "examples" / "tasks" / "functions.jsonl"
 def plugin(tmp_path_factory):
     """The example package, installed by pip (into a dir of its own put on sys.path, so the
     test's venv is left as it was)."""
-    from environments import registry
+    from flywheel.environments import registry
 
     target = tmp_path_factory.mktemp("site")
     build = tmp_path_factory.mktemp("src") / "pkg"
@@ -55,7 +55,7 @@ def test_the_entry_point_is_found_and_listed(plugin):
 
 @pytest.fixture(scope="module")
 def run(plugin, tiny_model, prefect_server, tmp_path_factory):
-    from flows.flywheel import flywheel
+    from flywheel.flows.flywheel import flywheel
 
     cfg = FlywheelConfig(
         run_id="byo", runs_dir=str(tmp_path_factory.mktemp("runs")), cycles=2, seed=5, model={"path": tiny_model},
@@ -67,7 +67,7 @@ def run(plugin, tiny_model, prefect_server, tmp_path_factory):
         eval={"before_and_after": False},
     )  # fmt: skip
     result = flywheel(cfg)
-    from storage.lake import Lake
+    from flywheel.storage.lake import Lake
 
     return cfg, result, Lake(cfg.lake_uri)
 

@@ -4,11 +4,11 @@ Hugging Face `datasets.load_dataset("parquet", ...)`, locally and on a real S3 s
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.compact import compact, file_count
-from storage.lake import Lake
-from storage.query import connect, select_replay
-from storage.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
-from storage.synthetic import cycle_tables
+from flywheel.storage.compact import compact, file_count
+from flywheel.storage.lake import Lake
+from flywheel.storage.query import connect, select_replay
+from flywheel.storage.schema import SCHEMA_VERSION, TRAJECTORY_SCHEMA
+from flywheel.storage.synthetic import cycle_tables
 
 from .test_schema import write_v1_cycle
 

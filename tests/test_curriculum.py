@@ -4,9 +4,9 @@ import shutil
 import time
 from collections import Counter
 
-from environments import get_environment
-from storage.lake import Lake
-from tasks.curriculum import LevelStats, level_stats, open_levels, plan
+from flywheel.environments import get_environment
+from flywheel.storage.lake import Lake
+from flywheel.tasks.curriculum import LevelStats, level_stats, open_levels, plan
 
 from .test_lake import make_trajectories
 
@@ -66,7 +66,7 @@ def test_over_long_prompts_are_quarantined_not_fatal(tmp_path):
     from transformers import AutoTokenizer
 
     from flywheel.model_prep import resolve_model
-    from tasks.sample import quarantine_long_prompts
+    from flywheel.tasks.sample import quarantine_long_prompts
 
     tok = AutoTokenizer.from_pretrained(resolve_model(None, None))
     tasks = get_environment("math").make_tasks("train", 1, 0, 2) + get_environment("data").make_tasks(
@@ -83,8 +83,8 @@ def test_fresh_tasks_are_a_seeded_stream_whose_smaller_counts_are_prefixes():
     """The sampler's fresh tasks; bench/vs_trl.py hands TRL the same stream."""
     from collections import Counter
 
-    from environments.registry import Domains
-    from tasks.sample import fresh_plan, fresh_tasks
+    from flywheel.environments.registry import Domains
+    from flywheel.tasks.sample import fresh_plan, fresh_tasks
 
     DOMAINS = Domains(["extraction", "code"])
 
@@ -117,7 +117,7 @@ def _simulate(choose, arms: int = 300, good: int = 20, cycles: int = 40, window:
     arms: `good` arms give a group with variance 80% of the time, the rest 2%."""
     import random
 
-    from tasks.curriculum import LevelStats
+    from flywheel.tasks.curriculum import LevelStats
 
     rng = random.Random(7)
     p = {(f"rg/d{i}", 1): 0.8 if i < good else 0.02 for i in range(arms)}
@@ -144,7 +144,7 @@ def test_thompson_spends_hundreds_of_arms_where_groups_vary():
     rule's floor keeps spending on flat arms; without the prior it still beats that rule."""
     import random
 
-    from tasks.curriculum import allot, cell_weights, thompson
+    from flywheel.tasks.curriculum import allot, cell_weights, thompson
 
     levels = {f"rg/d{i}": [1] for i in range(300)}
     cells = sorted((d, 1) for d in levels)
@@ -166,7 +166,7 @@ def test_thompson_spends_hundreds_of_arms_where_groups_vary():
 
 
 def test_thompson_follows_the_starting_evaluation_backs_off_flat_arms_and_mixes():
-    from tasks.curriculum import LevelStats, thompson
+    from flywheel.tasks.curriculum import LevelStats, thompson
 
     levels = {"a": [1], "b": [1], "c": [1]}
     prior = {("a", 1): 1.0, ("b", 1): 0.0, ("c", 1): 0.0}
@@ -185,7 +185,7 @@ def test_thompson_follows_the_starting_evaluation_backs_off_flat_arms_and_mixes(
 def test_thompson_caps_any_arm_share_of_a_cycle():
     """One arm whose posterior dominates takes every task uncapped; with max_share 0.25 it
     takes 2 of 8 and the rest spread over others."""
-    from tasks.curriculum import LevelStats, thompson
+    from flywheel.tasks.curriculum import LevelStats, thompson
 
     levels = {f"d{i}": [1] for i in range(10)}
     stats = {
@@ -203,7 +203,7 @@ def test_the_evaluation_prior_backs_off_cells_sft_saturated_as_well_as_cells_wit
     mostly all pass, so the prior is low there as it is where nothing earned reward, and the
     first cycle goes to the cell in between (the proof recipe's shape: code 32/32, math 0/32,
     data 24/32)."""
-    from tasks.curriculum import thompson, variance_chance
+    from flywheel.tasks.curriculum import thompson, variance_chance
 
     code, math, data = (
         variance_chance(32, 32, 1.0, 8),

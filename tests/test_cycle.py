@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def run(tiny_model, seaweedfs, prefect_server, mlflow_server, tmp_path_factory):
-    from flows.flywheel import flywheel
+    from flywheel.flows.flywheel import flywheel
 
     cfg = FlywheelConfig(
         run_id="it", runs_dir=str(tmp_path_factory.mktemp("runs")), cycles=2, seed=3,
@@ -38,7 +38,7 @@ def run(tiny_model, seaweedfs, prefect_server, mlflow_server, tmp_path_factory):
         tracking={"backends": ["mlflow", "tensorboard"], "mlflow_uri": mlflow_server, "samples_per_cycle": 3},
     )  # fmt: skip
     result = flywheel(cfg)
-    from storage.lake import Lake
+    from flywheel.storage.lake import Lake
 
     return cfg, result.cycles, Lake(cfg.lake_uri, seaweedfs)
 
@@ -132,7 +132,7 @@ def test_update_changed_the_policy_and_synced_the_engine(run, tiny_model):
     # the exported v2 weights differ from the random init we started from
     from safetensors.torch import load_file
 
-    from storage.policies import PolicyStore
+    from flywheel.storage.policies import PolicyStore
 
     # a fresh store (empty cache) finds v2 in the S3 lake's manifest and downloads it
     policies = PolicyStore(lake, "it", cfg.run_dir / "fresh-cache")
@@ -149,8 +149,8 @@ def test_update_changed_the_policy_and_synced_the_engine(run, tiny_model):
 def test_evaluations_inside_the_loop_keep_the_best_version(run):
     """eval.every_n_cycles: v0, v1 and v2 evaluated on the same tasks, in the S3 lake, with
     intervals; the best version by held-out pass@1 pinned in the manifest; the curve drawn."""
-    from storage import evals
-    from storage.policies import PolicyStore
+    from flywheel.storage import evals
+    from flywheel.storage.policies import PolicyStore
 
     cfg, _, lake = run
     con = evals.connect(lake, "it")
@@ -186,9 +186,9 @@ def test_export_writes_a_dir_vllm_serves(run, tmp_path):
 
     from flywheel.cli import app
     from flywheel.config import EngineConfig
-    from policy.chat import encode_chat
-    from policy.engines import SamplingSpec
-    from policy.engines.vllm_engine import VLLMEngine
+    from flywheel.policy.chat import encode_chat
+    from flywheel.policy.engines import SamplingSpec
+    from flywheel.policy.engines.vllm_engine import VLLMEngine
 
     cfg, _, lake = run
     out = tmp_path / "exported"
@@ -228,7 +228,7 @@ def test_failures_of_cycle_0_reappear_in_cycle_1(run):
 
 
 def test_no_eval_task_reaches_training(run):
-    from environments import get_environment
+    from flywheel.environments import get_environment
 
     _, _, lake = run
     table = lake.trajectories("it")
@@ -239,7 +239,7 @@ def test_no_eval_task_reaches_training(run):
 
 
 def test_rerun_with_same_run_id_resumes_without_redoing(run):
-    from flows.flywheel import flywheel
+    from flywheel.flows.flywheel import flywheel
 
     cfg, _, lake = run
     before = lake.trajectories("it").num_rows
@@ -253,7 +253,7 @@ def test_rerun_with_same_run_id_resumes_without_redoing(run):
 def test_update_refuses_eval_trajectories():
     import pyarrow as pa
 
-    from tasks.update import build_batch
+    from flywheel.tasks.update import build_batch
 
     table = pa.table({"split": ["train", "eval"], "group_id": ["a", "a"], "reward": [0.0, 1.0],
                       "prompt_token_ids": [[1], [1]], "completion_token_ids": [[2], [2]],

@@ -11,7 +11,7 @@ import logging
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-import flows.flywheel as fw
+import flywheel.flows.flywheel as fw
 from flywheel.config import FlywheelConfig, apply_overrides
 from flywheel.results import CycleSummary
 

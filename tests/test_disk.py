@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from flywheel.config import FlywheelConfig
-from storage.lake import Lake
-from storage.policies import PolicyStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.policies import PolicyStore
 from tests.test_policies import stage
 
 

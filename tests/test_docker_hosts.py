@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import Job, Limits, make_sandbox
-from environments.sandbox.docker_backend import DEFAULT_IMAGE, LABEL, DockerSandbox, docker_unavailable
-from environments.sandbox.docker_hosts import HEALTH_TIMEOUT_S, SLOW_TO_DOWN, connect
+from flywheel.environments.sandbox import Job, Limits, make_sandbox
+from flywheel.environments.sandbox.docker_backend import DEFAULT_IMAGE, LABEL, DockerSandbox, docker_unavailable
+from flywheel.environments.sandbox.docker_hosts import HEALTH_TIMEOUT_S, SLOW_TO_DOWN, connect
 from flywheel.config import SandboxConfig
 from tests.sandbox_fixtures import host_processes_with, serves
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from environments import Score, get_environment
-from environments.domains.code import extract_code
-from environments.sandbox import Limits
-from environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments import Score, get_environment
+from flywheel.environments.domains.code import extract_code
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
 env = get_environment("code")
 
@@ -82,7 +82,7 @@ def test_wrong_answers_score_zero(box, body, verdict):  # hostile ones: test_rew
 
 
 def test_a_broken_sandbox_is_an_error_verdict_not_a_crash():
-    from environments.sandbox import ExecResult
+    from flywheel.environments.sandbox import ExecResult
 
     task = env.make_tasks("train", 1, 0, 1)[0]
     job = env.job(task, lookup_solution(task))

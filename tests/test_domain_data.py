@@ -6,10 +6,10 @@ from datetime import date
 
 import pytest
 
-from environments import Score, get_environment
-from environments.domains.data import FAMILIES, run_reference
-from environments.sandbox import ExecResult, Limits
-from environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments import Score, get_environment
+from flywheel.environments.domains.data import FAMILIES, run_reference
+from flywheel.environments.sandbox import ExecResult, Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
 env = get_environment("data")
 
@@ -163,7 +163,7 @@ def test_reference_runs_on_the_example_shown():
 
 
 def test_find_code():
-    from environments.domains.data import find_code
+    from flywheel.environments.domains.data import find_code
 
     assert find_code("Sure:\n```python\nimport csv\ndef transform(t):\n    return t\n```\nDone") == (
         "import csv\ndef transform(t):\n    return t\n", True,

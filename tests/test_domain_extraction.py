@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from environments import Score, get_environment
-from environments.domains.extraction import find_last_object
+from flywheel.environments import Score, get_environment
+from flywheel.environments.domains.extraction import find_last_object
 
 env = get_environment("extraction")
 

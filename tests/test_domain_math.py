@@ -5,8 +5,8 @@ from fractions import Fraction
 
 import pytest
 
-from environments import Score, get_environment
-from environments.domains.math import FAMILIES, read_answer
+from flywheel.environments import Score, get_environment
+from flywheel.environments.domains.math import FAMILIES, read_answer
 
 env = get_environment("math")
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from environments import get_environment
+from flywheel.environments import get_environment
 from tests.multiturn_fixtures import box, play  # noqa: F401
 
 ENV = get_environment("repair")
@@ -94,7 +94,7 @@ def test_an_untouched_repository_never_passes_the_hidden_tests():
     """Doing nothing must not pass: hidden inputs that expose each bug are always drawn."""
     import json
 
-    from environments import get_environment
+    from flywheel.environments import get_environment
 
     env = get_environment("repair")
     for level in env.levels:
@@ -106,7 +106,7 @@ def test_an_untouched_repository_never_passes_the_hidden_tests():
 def test_a_forged_hidden_test_report_is_a_suspected_hack():
     """Pure verdict logic (the workspace is a stand-in): two lines tagged with the job's
     nonce score zero as `suspected_hack`, as every sandboxed harness treats a forgery."""
-    from environments.sandbox import ExecResult
+    from flywheel.environments.sandbox import ExecResult
 
     task = tasks(1, 1)[0]
     files = ENV.setup_files(task)

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from environments import get_environment
-from environments.domains.terminal import FAMILIES, evaluate
+from flywheel.environments import get_environment
+from flywheel.environments.domains.terminal import FAMILIES, evaluate
 from tests.multiturn_fixtures import box, play  # noqa: F401
 
 ENV = get_environment("terminal")
@@ -79,7 +79,7 @@ def test_reading_verifier_paths_is_flagged(box):  # noqa: F811
 def test_an_untouched_workspace_never_passes():
     import json
 
-    from environments import get_environment
+    from flywheel.environments import get_environment
 
     env = get_environment("terminal")
     for level in env.levels:

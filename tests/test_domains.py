@@ -4,7 +4,7 @@ own file tests its generator's content and its verifier."""
 
 import pytest
 
-from environments import DOMAINS, get_environment
+from flywheel.environments import DOMAINS, get_environment
 
 
 def content(task) -> tuple[str, str]:
@@ -54,10 +54,10 @@ def test_references_pass_their_own_verifier(domain):
     domain's own verifier, run in the real sandbox: a single-turn reply through the score
     stage's `verify`, a multi-turn one played as an episode in a workspace. Every
     built-in domain keeps one for every task."""
-    from environments.sandbox import make_sandbox
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
-    from policy.multiturn import play_reference
-    from tasks.score import verify
+    from flywheel.policy.multiturn import play_reference
+    from flywheel.tasks.score import verify
     from tests.multiturn_fixtures import CharChatTokenizer
 
     env = get_environment(domain)
@@ -83,8 +83,8 @@ def test_references_pass_their_own_verifier(domain):
 
 
 def test_every_domain_declares_one_of_three_kinds():
-    from environments.agentic import MultiTurnEnvironment
-    from environments.base import CheckEnvironment, SandboxEnvironment
+    from flywheel.environments.agentic import MultiTurnEnvironment
+    from flywheel.environments.base import CheckEnvironment, SandboxEnvironment
 
     for name in DOMAINS:
         env = get_environment(name)

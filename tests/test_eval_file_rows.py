@@ -4,7 +4,7 @@ a run), while generated domains keep their per-level count."""
 
 import json
 
-from flows.evaluate import eval_tasks
+from flywheel.flows.evaluate import eval_tasks
 from flywheel.config import FlywheelConfig
 from flywheel.run_domains import build_domains
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from policy.grpo import clipped_pg_loss, decoupled_importance, group_advantages, overlong_penalty, token_weights, zero_variance_groups
+from flywheel.policy.grpo import clipped_pg_loss, decoupled_importance, group_advantages, overlong_penalty, token_weights, zero_variance_groups
 
 
 def test_group_advantages_by_hand():

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from flywheel.config import EngineConfig
-from policy.engines import SamplingSpec
-from policy.engines.hf_engine import HFEngine
+from flywheel.policy.engines import SamplingSpec
+from flywheel.policy.engines.hf_engine import HFEngine
 
 
 def test_hf_engine_samples_and_reloads(tiny_model, tmp_path):

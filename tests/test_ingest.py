@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from flows.ingest import ingest_file
+from flywheel.flows.ingest import ingest_file
 from flywheel.config import IngestConfig
 from flywheel.production_logs import RecordError, parse_record
 from flywheel.scrub import ScrubError, Scrubber
-from storage.lake import Lake
-from storage.traces import TraceStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.traces import TraceStore
 
 SECRETS = ["sk-proj-a1B2c3D4e5F6g7H8i9J0kLmN", "AKIAIOSFODNN7EXAMPLE", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
            "jane.doe@example.com", "+1 415-555-0132", "hunter2hunter2"]  # fmt: skip

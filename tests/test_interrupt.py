@@ -59,7 +59,7 @@ def test_ctrl_c_stops_within_ten_seconds_and_the_run_resumes(tiny_model, tmp_pat
 def test_sigterm_stops_flywheel_server_with_its_server_and_worker(tmp_path):
     import psutil
 
-    from storage.seaweed import free_port
+    from flywheel.storage.seaweed import free_port
 
     port = free_port()
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home")}

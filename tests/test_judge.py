@@ -16,12 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from environments.base import Score
-from environments.judge import Judge, Judgement, make_judge, parse_verdict, quoted, verdict_choices
+from flywheel.environments.base import Score
+from flywheel.environments.judge import Judge, Judgement, make_judge, parse_verdict, quoted, verdict_choices
 from flywheel.config import JudgeConfig, RewardConfig
-from storage.judgements import JudgeCache
-from storage.lake import Lake
-from tasks.score import with_functions
+from flywheel.storage.judgements import JudgeCache
+from flywheel.storage.lake import Lake
+from flywheel.tasks.score import with_functions
 
 PROMPT = "[user] What is the capital of France?"
 INJECTIONS = [
@@ -143,7 +143,7 @@ def test_a_judge_that_is_down_or_talks_nonsense_gives_error_components(gullible,
     gullible.mode = "fail"
     (j,) = judge.score([(PROMPT, "Paris")])
     assert j.value is None and "500" in j.error and judge.stats.errors == 1
-    from storage.seaweed import free_port
+    from flywheel.storage.seaweed import free_port
 
     (j,) = judge_for(f"http://127.0.0.1:{free_port()}", tmp_path).score([(PROMPT, "Paris")])
     assert j.value is None and "ConnectError" in j.error
@@ -187,7 +187,7 @@ def test_the_runs_own_engine_can_judge(tiny_model):
     from transformers import AutoTokenizer
 
     from flywheel.config import EngineConfig
-    from policy.engines.hf_engine import HFEngine
+    from flywheel.policy.engines.hf_engine import HFEngine
 
     engine = HFEngine(tiny_model, EngineConfig(backend="hf"))
     cfg = JudgeConfig(rubric="Is the capital right?", backend="engine", max_retries=1, max_tokens=8)
@@ -200,8 +200,8 @@ def test_the_runs_own_engine_can_judge(tiny_model):
 def test_the_judge_is_given_the_tasks_reference_answer():
     """Reference-guided judging: the answer a task file or domain verifier keeps (text as is,
     structures as JSON), none where the task has none."""
-    from storage.schema import TaskSpec
-    from tasks.score import judge_reference
+    from flywheel.storage.schema import TaskSpec
+    from flywheel.tasks.score import judge_reference
 
     def task(verifier: dict) -> TaskSpec:
         return TaskSpec("t", "d", 1, "train", [{"role": "user", "content": "q"}], "{}", json.dumps(verifier), 0, "v")

@@ -12,11 +12,11 @@ import urllib.parse
 
 import pytest
 
-from environments.base import Score
-from environments.judge import Judge, Judgement, verdict_choices
-from environments.judge_guard import addresses_judge, reduce, views
+from flywheel.environments.base import Score
+from flywheel.environments.judge import Judge, Judgement, verdict_choices
+from flywheel.environments.judge_guard import addresses_judge, reduce, views
 from flywheel.config import JudgeConfig, RewardConfig
-from tasks.score import with_functions
+from flywheel.tasks.score import with_functions
 from tests.data.make_judge_injections import bold, escapes, fullwidth, html_entities, overlay, spaced, tags
 from tests.judge_suite import PASS, ObedientJudge, judge_items, load, paid, passes
 

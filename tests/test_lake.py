@@ -7,10 +7,10 @@ import math
 import pyarrow.fs as pafs
 import pytest
 
-from environments import get_environment
-from storage.lake import Lake, LakeError
-from storage.query import connect, select_replay
-from storage.schema import Trajectory
+from flywheel.environments import get_environment
+from flywheel.storage.lake import Lake, LakeError
+from flywheel.storage.query import connect, select_replay
+from flywheel.storage.schema import Trajectory
 
 env = get_environment("code")
 
@@ -105,7 +105,7 @@ def test_unreachable_s3_endpoint_is_named():
 
 
 def test_sft_demonstrations_from_the_lake_are_passing_and_unique(tmp_path):
-    from flows.sft import demonstrations_from_lake
+    from flywheel.flows.sft import demonstrations_from_lake
 
     lake = Lake(str(tmp_path / "lake"))
     tasks = env.make_tasks("train", 1, 0, 2)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from storage.lake import Lake
-from storage.seaweed import SeaweedServer
+from flywheel.storage.lake import Lake
+from flywheel.storage.seaweed import SeaweedServer
 
 WRITER = str(Path(__file__).with_name("lake_writer.py"))
 TASKS, K = 1000, 4

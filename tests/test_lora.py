@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from flywheel.config_training import LoraConfig, TrainerConfig
-from policy import lora
-from policy.logprobs import sequence_logprobs
-from policy.trainer import GRPOTrainer, TrainSample
+from flywheel.policy import lora
+from flywheel.policy.logprobs import sequence_logprobs
+from flywheel.policy.trainer import GRPOTrainer, TrainSample
 
 PROMPT, GOOD, BAD = [1, 100, 200, 300], [400, 401, 402], [500, 501, 502]
 SEQS, LENS = [PROMPT + GOOD, PROMPT + BAD, [1, 2, 3, 4, 5, 6]], [4, 4, 2]

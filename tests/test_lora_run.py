@@ -20,11 +20,11 @@ LORA = {"r": 4, "alpha": 8}
 def test_sft_then_grpo_with_lora_then_resume(tiny_model, tmp_path, prefect_server):
     from transformers import AutoModelForCausalLM
 
-    from flows.flywheel import _cold_start, flywheel
+    from flywheel.flows.flywheel import _cold_start, flywheel
     from flywheel.runtime import Runtime
-    from policy.logprobs import sequence_logprobs
-    from storage.lake import Lake
-    from storage.policies import PolicyStore
+    from flywheel.policy.logprobs import sequence_logprobs
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.policies import PolicyStore
 
     cfg = FlywheelConfig(
         run_id="lora", runs_dir=str(tmp_path / "runs"), cycles=1, seed=1,

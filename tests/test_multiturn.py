@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import math
 
-from environments import get_environment
-from environments.tool_formats import BY_NAME
-from policy.chat import encode_chat
-from policy.engines.base import SamplingSpec
-from policy.multiturn import no_call, run_episodes
+from flywheel.environments import get_environment
+from flywheel.environments.tool_formats import BY_NAME
+from flywheel.policy.chat import encode_chat
+from flywheel.policy.engines.base import SamplingSpec
+from flywheel.policy.multiturn import no_call, run_episodes
 from tests.multiturn_fixtures import (  # noqa: F401
     END,
     CharChatTokenizer,
@@ -193,8 +193,8 @@ def test_a_sample_past_the_token_budget_is_cut_to_it(box):  # noqa: F811
 def test_trainer_masks_observation_tokens_out_of_the_loss():
     import torch
 
-    from policy.grpo import clipped_pg_loss
-    from policy.trainer import TrainSample, model_tokens, place_completions
+    from flywheel.policy.grpo import clipped_pg_loss
+    from flywheel.policy.trainer import TrainSample, model_tokens, place_completions
 
     nan = math.nan
     s = TrainSample([1, 2], [3, 4, 5, 6], [-0.5, nan, nan, -0.7], 1.0)  # model, obs, obs, model
@@ -210,9 +210,9 @@ def test_trainer_masks_observation_tokens_out_of_the_loss():
 
 def test_episode_fields_fit_the_trajectory_schema(box):  # noqa: F811
     from flywheel.config import FlywheelConfig
-    from storage.schema import TRAJECTORY_SCHEMA, to_table
-    from tasks.context import StageContext
-    from tasks.records import trajectory_record
+    from flywheel.storage.schema import TRAJECTORY_SCHEMA, to_table
+    from flywheel.tasks.context import StageContext
+    from flywheel.tasks.records import trajectory_record
 
     jobs, scripts = jobs_and_scripts(k=1)
     script = {m: ["no call here", *s] for m, s in scripts.items()}

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from flywheel.config import EngineConfig
-from policy.engines import SamplingSpec, make_engine
-from policy.engines.openai_server import EngineUnavailable, OpenAIServerEngine
-from policy.engines.vllm_server import free_port
+from flywheel.policy.engines import SamplingSpec, make_engine
+from flywheel.policy.engines.openai_server import EngineUnavailable, OpenAIServerEngine
+from flywheel.policy.engines.vllm_server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +88,7 @@ class Hop:
 def transformers_logprobs(model_dir, sequences, prompt_lens):
     from transformers import AutoModelForCausalLM
 
-    from policy.logprobs import sequence_logprobs
+    from flywheel.policy.logprobs import sequence_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():

@@ -6,8 +6,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from storage.lake import Lake
-from storage.policies import PolicyStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.policies import PolicyStore
 
 
 def stage(root: Path, version: int) -> tuple[Path, tuple[Path, str]]:
@@ -58,7 +58,7 @@ def test_policy_store_on_s3(seaweedfs, tmp_path):
 
 
 def test_a_newer_manifest_is_refused(tmp_path):
-    from storage.lake import LakeError
+    from flywheel.storage.lake import LakeError
 
     lake = Lake(str(tmp_path / "lake"))
     lake._write_bytes(lake._path("_policies", "run=r", "manifest.json"), b'{"schema_version": 99}')
@@ -79,8 +79,8 @@ def test_keeping_every_export_still_prunes_checkpoints(tmp_path):
 FETCH = """
 import sys, hashlib
 from pathlib import Path
-from storage.lake import Lake
-from storage.policies import PolicyStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.policies import PolicyStore
 store = PolicyStore(Lake(sys.argv[1], endpoint=sys.argv[2]), "r", Path(sys.argv[3]))
 hf = Path(store.hf_dir(1))
 print(hashlib.sha256((hf / "model.safetensors").read_bytes()).hexdigest(), (hf / "config.json").read_text())

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from flywheel import server as srv
-from storage.lake import Lake
-from storage.traces import TraceStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.traces import TraceStore
 
 from .conftest import free_port
 

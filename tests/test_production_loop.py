@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from flywheel.config import FlywheelConfig
-from storage.lake import Lake
+from flywheel.storage.lake import Lake
 from tests.test_openai_engine import transformers_logprobs
 
 pytestmark = pytest.mark.integration
@@ -50,12 +50,12 @@ def server_logprobs(url: str, seq: list[int], start: int) -> list[float]:
 
 def test_production_log_to_deployed_policy(tiny_model, vllm_server, prefect_server, tmp_path):
     server = vllm_server
-    from flows.flywheel import flywheel
-    from flows.ingest import ingest
+    from flywheel.flows.flywheel import flywheel
+    from flywheel.flows.ingest import ingest
     from flywheel.deploy import deploy
     from flywheel.workload_report import workload_rows
-    from storage.deployments import Deployments
-    from storage.policies import PolicyStore
+    from flywheel.storage.deployments import Deployments
+    from flywheel.storage.policies import PolicyStore
 
     log = tmp_path / "prod.jsonl"
     wrong = production_log(log)
@@ -108,7 +108,7 @@ def test_production_log_to_deployed_policy(tiny_model, vllm_server, prefect_serv
 
 def write_eval(lake, run: str, version: int, solved: list[int]) -> None:
     """A greedy evaluation of `version` on tasks t0.. (solved or not), as the evaluation flow writes it."""
-    from storage.synthetic import cycle_tables
+    from flywheel.storage.synthetic import cycle_tables
 
     _, table = cycle_tables(run, 0, len(solved), k=1, task_pool=len(solved))
     rows = table.to_pylist()
@@ -123,9 +123,9 @@ def write_eval(lake, run: str, version: int, solved: list[int]) -> None:
 def test_the_gate_refuses_a_regression_and_a_server_that_is_down(tiny_model, tmp_path):
     from flywheel.config import EngineConfig
     from flywheel.deploy import DeployRefused, deploy
-    from policy.engines.openai_server import EngineUnavailable
-    from storage.deployments import Deployments
-    from storage.seaweed import free_port
+    from flywheel.policy.engines.openai_server import EngineUnavailable
+    from flywheel.storage.deployments import Deployments
+    from flywheel.storage.seaweed import free_port
 
     lake = Lake(str(tmp_path / "lake"))
     write_eval(lake, "r", 0, [1] * 24 + [0] * 6)

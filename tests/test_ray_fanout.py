@@ -104,7 +104,7 @@ def make_config(tiny_model, seaweedfs, tmp_path, run_id, **fanout):
 
 
 def task_list():
-    from environments import get_environment
+    from flywheel.environments import get_environment
 
     return [t for d, n in DOMAINS.items() for t in get_environment(d).make_tasks("train", 1, 5, n)]
 
@@ -116,8 +116,8 @@ def policy_v1(tiny_model, seaweedfs, tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from storage.lake import Lake
-    from storage.policies import PolicyStore
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.policies import PolicyStore
 
     staged = tmp_path_factory.mktemp("staged") / "v1"
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
@@ -158,7 +158,7 @@ def in_flow(name, fn):
 @pytest.fixture(scope="module")
 def rollouts_both(rt):
     """The generate stage on Ray (inside a flow), and the local path's body on the driver."""
-    from tasks.generate import generate, rollouts
+    from flywheel.tasks.generate import generate, rollouts
 
     tasks = task_list()
     ctx = rt.stage_context(0)
@@ -185,7 +185,7 @@ def test_rollout_shards_sample_with_the_policy_from_the_lake(rollouts_both, poli
     """The workers' engines hold policy v1, fetched from S3: the logprobs they recorded
     are v1's, not the base model's."""
     from flywheel.config import EngineConfig
-    from policy.engines.hf_engine import HFEngine
+    from flywheel.policy.engines.hf_engine import HFEngine
 
     _, on_ray, _, _, _ = rollouts_both
     single = [r for r in on_ray if r.task.domain != "repair" and r.completion_token_ids][:4]
@@ -232,7 +232,7 @@ def comparable(tr) -> dict:
 
 
 def test_score_shards_give_the_local_scores_on_both_workers(rt, rollouts_both, cluster):
-    from tasks.score import score, score_rollouts
+    from flywheel.tasks.score import score, score_rollouts
 
     _, on_ray, _, _, _ = rollouts_both
     pending = with_answers(on_ray)
@@ -290,7 +290,7 @@ def test_a_cycle_from_the_cli_on_a_local_ray(tiny_model, seaweedfs, tmp_path):
     """`flywheel run` with fanout.backend=ray and no address: the run starts a Ray of its
     own, the shards report to the CLI's ephemeral Prefect server (exactly one temporary
     server starts: none in the workers), and one whole cycle, update included, lands."""
-    from storage.lake import Lake
+    from flywheel.storage.lake import Lake
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "RAY_"))}
     root = str(Path(__file__).resolve().parents[1])

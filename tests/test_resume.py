@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from storage.lake import Lake
+from flywheel.storage.lake import Lake
 
 pytestmark = pytest.mark.integration
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from environments import reward_functions as rf
-from environments.sandbox import Limits
-from environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments import reward_functions as rf
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
 MODULE = textwrap.dedent('''
     import math, os, socket, time
@@ -120,9 +120,9 @@ def test_it_runs_in_the_sandbox(module_dir, box):
 def test_components_and_verdicts_of_the_score_stage():
     """The combination rule (tasks/score.py): verifier_weight x verifier + weighted values;
     a row without a verifier of its own passes at the threshold, errors on a failure."""
-    from environments.base import Score
+    from flywheel.environments.base import Score
     from flywheel.config import RewardConfig
-    from tasks.score import with_functions
+    from flywheel.tasks.score import with_functions
 
     fns = [rf.RewardFunction("a:f", 0.5, "a", "f", {}), rf.RewardFunction("a:g", 1.0, "a", "g", {})]
     cfg = RewardConfig(verifier_weight=1.0, pass_threshold=1.0)

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from environments import get_environment
-from environments.audit import audit_commands, audit_python
-from environments.domains.code import FAMILIES
-from environments.sandbox import Limits
-from environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments import get_environment
+from flywheel.environments.audit import audit_commands, audit_python
+from flywheel.environments.domains.code import FAMILIES
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
 env = get_environment("code")
 TASK = env.make_tasks("train", 2, 11, 1)[0]
@@ -101,7 +101,7 @@ def test_reference_style_solutions_are_not_flagged():
     """Plain solutions, as a model would write them for every family, pass the audit."""
     import inspect
 
-    from environments.domains import code
+    from flywheel.environments.domains import code
 
     for level in FAMILIES:
         for family in FAMILIES[level]:
@@ -121,7 +121,7 @@ def test_shell_command_audit():
 def tests_task(tmp_path_factory):
     """The same task as a task-file row of the `python_tests` kind: its hidden tests as
     assert lines, which the file domain splits into host-compared cases."""
-    from environments.task_file import FileTasks
+    from flywheel.environments.task_file import FileTasks
 
     tests = json.loads(TASK.verifier_json)["tests"]
     row = {"prompt": TASK.prompt[-1]["content"], "verifier": "python_tests", "entry_point": ENTRY,
@@ -159,8 +159,8 @@ def test_with_the_audit_off_no_hack_earns_more_than_returning_zero(box, tests_ta
     which return 0) passes no test that `return 0` would not pass honestly, through both the
     code harness and python_tests (tests/test_verdict_isolation.py holds the attacks written
     against the two-process harness itself)."""
-    import environments.domains.code as code_domain
-    import environments.python_tests as python_tests
+    import flywheel.environments.domains.code as code_domain
+    import flywheel.environments.python_tests as python_tests
 
     monkeypatch.setattr(code_domain, "audit_python", lambda code: [])
     monkeypatch.setattr(python_tests, "audit_python", lambda code: [])

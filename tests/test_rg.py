@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from environments import rg
-from environments.registry import DomainError, Domains, expand, mixture
-from tasks.curriculum import LevelStats, plan
+from flywheel.environments import rg
+from flywheel.environments.registry import DomainError, Domains, expand, mixture
+from flywheel.tasks.curriculum import LevelStats, plan
 
 SAMPLE = ["basic_arithmetic", "n_queens", "countdown", "arc_agi", "word_ladder", "isomorphic_strings", "rush_hour",
           "boxnet"]  # fmt: skip
@@ -20,7 +20,7 @@ SAMPLE = ["basic_arithmetic", "n_queens", "countdown", "arc_agi", "word_ladder",
 
 def _tasks_in_a_process(hashseed: str, names: list[str]) -> list:
     code = (
-        "import json, sys\nfrom environments.registry import get_environment\n"
+        "import json, sys\nfrom flywheel.environments.registry import get_environment\n"
         "out = []\nfor n in sys.argv[1:]:\n"
         "    for t in get_environment('rg/' + n).make_tasks('train', 1, 7, 3):\n"
         "        out.append([t.task_id, t.prompt[0]['content'], t.verifier_json])\n"
@@ -56,7 +56,7 @@ def test_tasks_are_the_same_in_every_process_whatever_its_hash_seed():
 
 @pytest.fixture(scope="module")
 def box():
-    from environments.sandbox import make_sandbox
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
 
     sandbox = make_sandbox(SandboxConfig(concurrency=2), ("import reasoning_gym",))
@@ -65,7 +65,7 @@ def box():
 
 
 def test_references_score_one_in_the_sandbox_and_wrong_answers_nothing(box):
-    from tasks.score import verify
+    from flywheel.tasks.score import verify
 
     names = [n for n in SAMPLE if n in rg.included()]
     assert {"basic_arithmetic", "n_queens", "countdown"} <= set(names)
@@ -87,8 +87,8 @@ def test_generators_that_give_no_answer_get_a_witness_of_ours_and_no_credit_for_
     0.25 for a tautology, which any answer can earn, counts as 0."""
     from reasoning_gym.factory import DATASETS
 
-    from environments.rg_witness import witness
-    from tasks.score import verify
+    from flywheel.environments.rg_witness import witness
+    from flywheel.tasks.score import verify
 
     names = ["boxnet", "graph_color", "propositional_logic", "rubiks_cube", "rush_hour"]
     for name in names:
@@ -110,7 +110,7 @@ def test_model_text_is_evaluated_only_in_the_sandbox(box, tmp_path):
     tests/test_scorer_isolation.py tries the attack forms), code-like answers are refused
     before they get there, and the flow's process never imports reasoning_gym at all
     (generation is the helper's)."""
-    from environments.sandbox import Job
+    from flywheel.environments.sandbox import Job
 
     env = Domains(["rg/n_queens"])["rg/n_queens"]
     task = env.make_tasks("train", 1, 3, 1)[0]
@@ -122,7 +122,7 @@ def test_model_text_is_evaluated_only_in_the_sandbox(box, tmp_path):
     job = Job(["python", "-I", "-c", rg.HARNESS], stdin=json.dumps(spec))
     assert env.score(task, job, box.run(job)).reward == 0.0 and not marker.exists()
     code = (
-        "import sys\nfrom environments.registry import get_environment\nfrom environments.rg import answer_job\n"
+        "import sys\nfrom flywheel.environments.registry import get_environment\nfrom flywheel.environments.rg import answer_job\n"
         "e = get_environment('rg/n_queens')\nt = e.make_tasks('train', 1, 3, 1)[0]\n"
         "answer_job(__import__('json').loads(t.verifier_json), '<answer>x</answer>')\n"
         "print('reasoning_gym' in sys.modules)"
@@ -186,7 +186,7 @@ def test_the_seeded_plan_spreads_a_few_tasks_over_hundreds_of_arms_by_weight():
 
 def test_the_per_domain_picture_and_the_arms_table():
     from flywheel.reporting import domains_png
-    from tasks.curriculum import arm_rows, cell_weights
+    from flywheel.tasks.curriculum import arm_rows, cell_weights
 
     rows = [("rg/a", 0, 0.0), ("rg/a", 1, 0.5), ("rg/b", 1, 1.0)]
     assert domains_png(rows, "t")[:8] == b"\x89PNG\r\n\x1a\n" and domains_png(rows[:2], "t") is None

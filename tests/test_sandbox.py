@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from environments.sandbox import Job, Limits
-from environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments.sandbox import Job, Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_file_names_cannot_escape(box):
 
 
 def test_process_backend_is_loudly_unsafe_but_keeps_limits():
-    from environments.sandbox.process import ProcessSandbox
+    from flywheel.environments.sandbox.process import ProcessSandbox
 
     with pytest.warns(UserWarning, match="WITHOUT isolation"):
         box = ProcessSandbox(Limits(wall_s=1), 2)
@@ -95,7 +95,7 @@ def test_process_backend_is_loudly_unsafe_but_keeps_limits():
 
 
 def test_make_sandbox_rejects_unknown_backends():
-    from environments.sandbox import make_sandbox
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
 
     assert make_sandbox(SandboxConfig()).name == "bwrap"

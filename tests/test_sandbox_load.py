@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from environments import get_environment
-from environments.sandbox import Job, Limits
+from flywheel.environments import get_environment
+from flywheel.environments.sandbox import Job, Limits
 from tests.sandbox_fixtures import BACKENDS, host_processes_with, make_box
 
 N, CONCURRENCY = 1000, 16
@@ -85,7 +85,7 @@ def test_thousand_executions_leave_nothing_behind(backend):
     if backend == "bwrap" and box.cgroup_roots:
         assert not [p for root in box.cgroup_roots for p in root.glob(f"{box.tag}*")], "cgroups left behind"
     if backend == "docker":
-        from environments.sandbox.docker_backend import LABEL
+        from flywheel.environments.sandbox.docker_backend import LABEL
 
         for host in box.hosts.hosts:  # every engine the pool used
             assert host.client.containers.list(all=True, filters={"label": f"{LABEL}={box.tag}"}) == []

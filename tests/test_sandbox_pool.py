@@ -8,7 +8,7 @@ from concurrent.futures import wait
 
 import pytest
 
-from environments.sandbox import Job, Limits
+from flywheel.environments.sandbox import Job, Limits
 from tests.sandbox_fixtures import BACKENDS, make_box, serves
 
 LIMITS = Limits(wall_s=5, memory_mb=256, max_procs=32, file_size_mb=4, output_bytes=4096)
@@ -129,7 +129,7 @@ def test_map_sees_replies_read_ahead(box):
 def test_map_does_not_queue_large_jobs(box):
     """A job is queued behind another only when both are small (together they fit in the
     pipe, so sending never blocks); large ones go to idle workers, and all complete."""
-    from environments.sandbox.pool import _Lane
+    from flywheel.environments.sandbox.pool import _Lane
 
     small, big = Job(["python", "-c", "pass"]), Job(["python", "-c", "pass"], stdin="x" * 40000)
     box.warm()
@@ -176,7 +176,7 @@ def test_docker_container_settings():
 
 def test_docker_attach_transport_serves_and_recycles():
     """`docker_transport: attach` (an engine elsewhere): docker's attach stream, no mount."""
-    from environments.sandbox import make_sandbox
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
 
     make_box("docker", LIMITS, 1).close()  # skips (or fails under CI) without an engine
@@ -209,7 +209,7 @@ def test_bwrap_workers_get_cgroup_limits():
 
 
 def test_make_sandbox_picks_the_configured_backend():
-    from environments.sandbox import make_sandbox
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
 
     box = make_sandbox(SandboxConfig(concurrency=1))
@@ -222,7 +222,7 @@ def test_make_sandbox_picks_the_configured_backend():
 
 
 def test_process_backend_workspace_is_unsafe_but_works(tmp_path):
-    from environments.sandbox.process import ProcessSandbox
+    from flywheel.environments.sandbox.process import ProcessSandbox
 
     with pytest.warns(UserWarning, match="WITHOUT isolation"):
         box = ProcessSandbox(LIMITS, 1)

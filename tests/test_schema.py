@@ -6,10 +6,10 @@ import json
 import pyarrow as pa
 import pytest
 
-from storage.lake import Lake, LakeError
-from storage.query import connect, select_replay
-from storage.schema import SCHEMA_VERSION, TASK_SCHEMA, TRAJECTORY_SCHEMA
-from storage.synthetic import cycle_tables
+from flywheel.storage.lake import Lake, LakeError
+from flywheel.storage.query import connect, select_replay
+from flywheel.storage.schema import SCHEMA_VERSION, TASK_SCHEMA, TRAJECTORY_SCHEMA
+from flywheel.storage.synthetic import cycle_tables
 
 V1_DROPPED = {"tasks": ["origin_cycle", "cycle"], "trajectories": ["origin_cycle", "policy_lag", "reward_components"]}
 

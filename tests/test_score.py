@@ -1,13 +1,13 @@
-"""`tasks.score.verify`, the one verification path of the score stage (and of the TRL
+"""`flywheel.tasks.score.verify`, the one verification path of the score stage (and of the TRL
 baseline's reward in bench/vs_trl.py): it must give each completion exactly the Score
 its domain gives when the job runs alone, with or without a sandbox job."""
 
 import json
 
-from environments import get_environment
-from environments.sandbox import Job
-from environments.sandbox.bwrap import BwrapSandbox
-from tasks.score import verify
+from flywheel.environments import get_environment
+from flywheel.environments.sandbox import Job
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
+from flywheel.tasks.score import verify
 from tests.sandbox_fixtures import LIMITS
 
 

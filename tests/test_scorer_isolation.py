@@ -18,10 +18,10 @@ import pytest
 import sympy
 from sympy.parsing.sympy_parser import parse_expr as sympy_parse_expr
 
-from environments import rg, safe_parse, verifiers
-from environments.registry import Domains
-from environments.task_file import FileTasks
-from tasks.score import verify
+from flywheel.environments import rg, safe_parse, verifiers
+from flywheel.environments.registry import Domains
+from flywheel.environments.task_file import FileTasks
+from flywheel.tasks.score import verify
 
 # what every form runs if it is executed: the harness's report(), found through __main__,
 # with a score (rg) or a verdict (math-verify) of 1. The underscores are escapes, so the
@@ -54,7 +54,7 @@ PARSE_SCORERS = ["countdown", "puzzle24", "polynomial_multiplication", "simple_i
 
 @pytest.fixture(scope="module")
 def box():
-    from environments.sandbox import make_sandbox
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
 
     sandbox = make_sandbox(SandboxConfig(concurrency=2), ("import reasoning_gym", FileTasks.sandbox_warmup))

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from flows.ingest import ingest_file
+from flywheel.flows.ingest import ingest_file
 from flywheel.config import IngestConfig
 from flywheel.production_logs import parse_record
 from flywheel.scrub import Scrubber
-from storage.lake import Lake
-from storage.traces import TraceStore
+from flywheel.storage.lake import Lake
+from flywheel.storage.traces import TraceStore
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 

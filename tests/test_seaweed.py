@@ -5,9 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from storage.lake import Lake
-from storage.seaweed import free_port
-from storage.synthetic import cycle_tables
+from flywheel.storage.lake import Lake
+from flywheel.storage.seaweed import free_port
+from flywheel.storage.synthetic import cycle_tables
 
 
 def test_store_serve_serves_a_lake_and_stops_cleanly(tmp_path, monkeypatch):

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.integration
 def test_sft_from_jsonl(tiny_model, tmp_path, prefect_server):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from flows.sft import demonstrations_from_file, sft
-    from policy.logprobs import sequence_logprobs
+    from flywheel.flows.sft import demonstrations_from_file, sft
+    from flywheel.policy.logprobs import sequence_logprobs
 
     data = tmp_path / "demos.jsonl"
     good = [{"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": f"{w} {w} {w}"}]}
@@ -39,8 +39,8 @@ def test_sft_from_jsonl(tiny_model, tmp_path, prefect_server):
     result = sft(cfg, data_path=str(data), epochs=4, batch_size=2, learning_rate=3e-3)
     assert result["examples"] == 4 and result["quarantined"] == 3 and result["policy_version"] == 1
     assert result["last_loss"] < result["first_loss"]
-    from storage.lake import Lake
-    from storage.policies import PolicyStore
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.policies import PolicyStore
 
     policies = PolicyStore(Lake(cfg.lake_uri), "sft", cfg.run_dir / "policy-cache")
     assert policies.version == 1
@@ -56,8 +56,8 @@ def test_reference_demonstrations_cover_the_sampled_domains(tiny_model):
 
     from transformers import AutoTokenizer
 
-    from environments.sandbox import make_sandbox
-    from flows.sft import demonstrations_from_references
+    from flywheel.environments.sandbox import make_sandbox
+    from flywheel.flows.sft import demonstrations_from_references
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     cfg = FlywheelConfig(
@@ -86,9 +86,9 @@ def test_reference_demonstrations_cover_the_sampled_domains(tiny_model):
 def test_cold_start_runs_once_before_the_first_cycle(tiny_model, tmp_path, prefect_server):
     """`cold_start.references`: a new run is fine-tuned on reference replies (policy v1)
     before cycle 0, whose samples then come from v1; resuming never repeats it."""
-    from flows.flywheel import flywheel
-    from storage.lake import Lake
-    from storage.policies import PolicyStore
+    from flywheel.flows.flywheel import flywheel
+    from flywheel.storage.lake import Lake
+    from flywheel.storage.policies import PolicyStore
 
     cfg = FlywheelConfig(
         run_id="cold", runs_dir=str(tmp_path / "runs"), cycles=1, model={"path": tiny_model},

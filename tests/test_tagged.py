@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from environments.sandbox import ExecResult, Job, Limits
-from environments.sandbox.bwrap import BwrapSandbox
-from environments.tagged import PRELUDE, new_nonce, read_tagged, read_tagged_output
+from flywheel.environments.sandbox import ExecResult, Job, Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged, read_tagged_output
 
 
 def _result(stdout: str, exit_code: int = 0) -> ExecResult:

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from environments import task_checks
-from environments.sandbox import Limits
-from environments.sandbox.bwrap import BwrapSandbox
-from environments.task_file import FileTasks, TaskFileError
+from flywheel.environments import task_checks
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments.task_file import FileTasks, TaskFileError
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_a_run_checks_its_task_files_at_start_up(tiny_model, tmp_path):
 def test_a_broken_sandbox_keeps_rows_unchecked_and_uncached(tmp_path):
     """The sandbox failing (not the row) quarantines nothing and caches nothing, so the
     next load checks again. A stand-in sandbox: this is the bookkeeping, not the run."""
-    from environments.sandbox import ExecResult
+    from flywheel.environments.sandbox import ExecResult
 
     class Broken:
         calls = 0

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from environments.registry import DomainError, Domains
-from environments.sandbox import Limits
-from environments.sandbox.bwrap import BwrapSandbox
-from environments.task_file import FileTasks
-from tasks.score import verify
+from flywheel.environments.registry import DomainError, Domains
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments.task_file import FileTasks
+from flywheel.tasks.score import verify
 
 
 def write_jsonl(path: Path, rows) -> str:
@@ -29,7 +29,7 @@ def write_jsonl(path: Path, rows) -> str:
 @pytest.fixture(scope="module")
 def box():
     """The sandbox as a run makes it: scripts/setup.sh's libraries, the file domain's warm-up."""
-    from environments.sandbox import libraries_dir
+    from flywheel.environments.sandbox import libraries_dir
     from flywheel.config import SandboxConfig
 
     lib = libraries_dir(SandboxConfig())
@@ -176,7 +176,7 @@ def test_splits_levels_and_seeded_draws(tmp_path):
 
 
 def test_eval_only_files_never_reach_training(tmp_path):
-    from storage.lake import Lake, LakeError
+    from flywheel.storage.lake import Lake, LakeError
     from tests.test_lake import make_trajectories
 
     path = write_jsonl(tmp_path / "held.jsonl", [{"prompt": f"q{i}", "answer": "a"} for i in range(10)])

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from environments import get_environment
-from environments.tool_formats import BY_NAME, detect, pick, template_has_tools
-from environments.tools import InvalidCall, ToolCall, parse_tool_calls
+from flywheel.environments import get_environment
+from flywheel.environments.tool_formats import BY_NAME, detect, pick, template_has_tools
+from flywheel.environments.tools import InvalidCall, ToolCall, parse_tool_calls
 
 DATA = Path(__file__).parent / "data"
 
@@ -117,7 +117,7 @@ def smol_with_template(tiny_model, name: str):
 
 @pytest.fixture(scope="module")
 def box():
-    from environments.sandbox import make_sandbox
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
 
     sandbox = make_sandbox(SandboxConfig(concurrency=2))
@@ -129,7 +129,7 @@ def box():
 def test_a_whole_episode_in_each_family_format(family, tiny_model, box):
     from transformers import AutoTokenizer
 
-    from policy.multiturn import play_reference
+    from flywheel.policy.multiturn import play_reference
 
     tok = {"hermes": lambda: AutoTokenizer.from_pretrained(tiny_model), "mistral": mistral_tokenizer,
            "qwen2_5": lambda: smol_with_template(tiny_model, "qwen2_5"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from environments.sandbox import Limits
-from environments.tools import (
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.tools import (
     InvalidCall,
     ToolCall,
     execute,

@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from environments.registry import DomainError
-from flows.ingest import ingest_file
+from flywheel.environments.registry import DomainError
+from flywheel.flows.ingest import ingest_file
 from flywheel.config import FlywheelConfig, IngestConfig
 from flywheel.run_domains import build_domains
-from storage.lake import Lake
-from storage.schema import TASK_SCHEMA, TRAJECTORY_SCHEMA, to_table
-from storage.traces import TraceStore
-from tasks.replay import production_failures
+from flywheel.storage.lake import Lake
+from flywheel.storage.schema import TASK_SCHEMA, TRAJECTORY_SCHEMA, to_table
+from flywheel.storage.traces import TraceStore
+from flywheel.tasks.replay import production_failures
 from tests.test_ingest import blueprint, write_jsonl
 
 
@@ -108,7 +108,7 @@ def test_report_by_workload(tmp_path):
 def test_a_judge_can_call_logged_responses_failures(tmp_path):
     """`judge_logged`: logged responses nobody rated down, scored by the run's judge (here
     one that gives 2 of 10 to anything without "Paris"), join the logged failures."""
-    from environments.judge import make_judge
+    from flywheel.environments.judge import make_judge
     from tests.test_judge import GullibleJudge
 
     uri = lake_with_traces(tmp_path)

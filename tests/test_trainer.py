@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from flywheel.config import TrainerConfig
-from policy.batching import micro_batches
-from policy.trainer import GRPOTrainer, TrainSample
+from flywheel.policy.batching import micro_batches
+from flywheel.policy.trainer import GRPOTrainer, TrainSample
 
 
 def test_micro_batches_respect_the_token_budget():
@@ -66,7 +66,7 @@ def test_export_outlives_the_dir_it_started_from(tiny_model, tmp_path):
 def test_export_reloads_to_the_same_logprobs(trainer, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from policy.logprobs import sequence_logprobs
+    from flywheel.policy.logprobs import sequence_logprobs
 
     out = trainer.export(tmp_path / "export")
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
@@ -143,7 +143,7 @@ def test_logprobs_from_a_first_position_match_the_full_pass(tiny_model):
     (`first`); the logprobs it does make are the full pass's."""
     from transformers import AutoModelForCausalLM
 
-    from policy.logprobs import pad_batch, token_logprobs
+    from flywheel.policy.logprobs import pad_batch, token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     ids, mask = pad_batch([list(range(5, 40)), list(range(100, 120))])
@@ -158,7 +158,7 @@ def test_logprobs_from_a_first_position_without_logits_to_keep(tiny_model):
     """A model class that does not take `logits_to_keep` gets the full pass, cut."""
     from transformers import AutoModelForCausalLM
 
-    from policy.logprobs import pad_batch, token_logprobs
+    from flywheel.policy.logprobs import pad_batch, token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
 
@@ -177,7 +177,7 @@ def test_shared_prompt_logprobs_and_gradients_match_separate_passes(tiny_model):
     completion token the logprob (and each weight the gradient) of three full passes."""
     from transformers import AutoModelForCausalLM
 
-    from policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
+    from flywheel.policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     model.config.use_cache = False  # as the trainer loads it
@@ -223,7 +223,7 @@ def test_sharing_prompts_makes_the_same_update_on_fewer_tokens(tiny_model):
 
 
 def test_a_plan_shares_prompts_splits_long_groups_and_keeps_groups_on_one_rank():
-    from policy.batching import plan, rank_share
+    from flywheel.policy.batching import plan, rank_share
 
     group = [TrainSample([1] * 10, [2] * n, [0.0] * n, 0.0) for n in (3, 30, 4, 31)]
     lone = [TrainSample([5] * 8, [6] * 5, [0.0] * 5, 0.0), TrainSample([7] * 6, [8] * 2, [0.0] * 2, 0.0)]

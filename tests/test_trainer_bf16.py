@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from flywheel.config import FlywheelConfig, TrainerConfig
-from policy.trainer import GRPOTrainer, TrainSample, uses_bf16
-from tasks.update import sync_tolerance
+from flywheel.policy.trainer import GRPOTrainer, TrainSample, uses_bf16
+from flywheel.tasks.update import sync_tolerance
 
 PROMPT, GOOD, BAD = [1, 100, 200, 300], [400, 401, 402], [500, 501, 502]
 
@@ -52,7 +52,7 @@ def test_a_bf16_export_is_the_float32_master_and_loads(bf16_trainer, tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from policy.logprobs import sequence_logprobs
+    from flywheel.policy.logprobs import sequence_logprobs
 
     trainer = bf16_trainer
     trainer.step(_batch(trainer))

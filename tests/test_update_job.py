@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from environments import get_environment
-from storage.lake import Lake
+from flywheel.environments import get_environment
+from flywheel.storage.lake import Lake
 
 from .conftest import free_port
 from .test_lake import make_trajectories
@@ -21,10 +21,10 @@ def run_job(nproc: int, lake: str, model: str, out: str, config: str, *extra: st
     args = ["--lake", lake, "--run-id", "r", "--cycle", "0", "--model", model, "--out", out, "--config", config,
             *extra]  # fmt: skip
     if nproc == 1:
-        cmd = [sys.executable, "-m", "policy.update_job", *args]
+        cmd = [sys.executable, "-m", "flywheel.policy.update_job", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_port", str(free_port()), "-m", "policy.update_job", *args]  # fmt: skip
+               "--master_port", str(free_port()), "-m", "flywheel.policy.update_job", *args]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
@@ -94,7 +94,7 @@ def test_a_child_of_a_solo_trainer_does_not_rendezvous_on_its_parents_port():
     run failed with EADDRINUSE."""
     import socket
 
-    from policy.trainer import SOLO_MARK
+    from flywheel.policy.trainer import SOLO_MARK
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -102,7 +102,7 @@ def test_a_child_of_a_solo_trainer_does_not_rendezvous_on_its_parents_port():
         port = str(held.getsockname()[1])
         env = {**os.environ, "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": port, SOLO_MARK: port}  # fmt: skip
-        code = "from policy.trainer import _init_distributed; print(_init_distributed())"
+        code = "from flywheel.policy.trainer import _init_distributed; print(_init_distributed())"
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().endswith("cpu")

@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-import environments.domains.code as code_domain
-import environments.python_tests as python_tests
-from environments import get_environment
-from environments.harness import read_report
-from environments.isolated import decode, encode
-from environments.sandbox import Limits
-from environments.sandbox.bwrap import BwrapSandbox
-from environments.task_file import FileTasks
+import flywheel.environments.domains.code as code_domain
+import flywheel.environments.python_tests as python_tests
+from flywheel.environments import get_environment
+from flywheel.environments.harness import read_report
+from flywheel.environments.isolated import decode, encode
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.sandbox.bwrap import BwrapSandbox
+from flywheel.environments.task_file import FileTasks
 
 # A HumanEval-shaped row whose tests are all computed (none is a plain literal case): the whole
 # verdict comes from test code running with the candidate, the form the attacks target.
@@ -193,7 +193,7 @@ def test_signals_from_the_solution_do_not_change_a_right_answer(box, task_env, n
 def test_every_humaneval_canonical_solution_passes_with_the_audit_off(box, no_audit):
     """All 164, HumanEval/160 (eval(), which the audit refuses) included: the two-process
     harness, the proxy and the prompt's helpers in the tests' process change no honest verdict."""
-    from environments.domains.humaneval import HumanEval
+    from flywheel.environments.domains.humaneval import HumanEval
 
     he = HumanEval()
     tasks = he.all_tasks("eval")

@@ -9,12 +9,12 @@ import random
 import pytest
 
 from flywheel.config import EngineConfig
-from policy.engines import SamplingSpec
+from flywheel.policy.engines import SamplingSpec
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    from policy.engines.vllm_engine import VLLMEngine
+    from flywheel.policy.engines.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(tiny_model, EngineConfig(max_model_len=2048), seed=5)
     yield engine
@@ -36,10 +36,10 @@ def test_continuous_turns_on_vllm(engine, tiny_model):
     request left behind would be collected by the next `LLM.generate`)."""
     from transformers import AutoTokenizer
 
-    from environments import get_environment
-    from environments.sandbox import make_sandbox
+    from flywheel.environments import get_environment
+    from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
-    from policy.multiturn import run_episodes
+    from flywheel.policy.multiturn import run_episodes
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     jobs = [
@@ -63,7 +63,7 @@ def test_continuous_turns_on_vllm(engine, tiny_model):
         def fail(*_):
             raise RuntimeError("a tool crashed")
 
-        import policy.multiturn as mt
+        import flywheel.policy.multiturn as mt
 
         real, mt._act = mt._act, fail
         try:

@@ -6,10 +6,10 @@ import dataclasses
 
 from typer.testing import CliRunner
 
-from environments import get_environment
+from flywheel.environments import get_environment
 from flywheel.zero_signal import _cycles, notes, signal_rows
-from storage.lake import Lake
-from storage.query import connect
+from flywheel.storage.lake import Lake
+from flywheel.storage.query import connect
 from tests.test_lake import make_trajectories
 
 RUN = "zs"

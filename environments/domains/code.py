@@ -10,7 +10,7 @@ Verification runs `solution.py` under a harness in the sandbox. Only the hidden 
 returned as canonical JSON, on a line tagged with a per-run nonce, and the host compares
 that with the expected outputs, which never enter the sandbox. So `True != 1`, objects
 that claim equality to everything do not serialise, and a solution that patches the
-harness, forges a result line or leaves early gains nothing. On top, `environments.audit`
+harness, forges a result line or leaves early gains nothing. On top, `flywheel.environments.audit`
 zeroes the reward of a solution that tries (verdict `suspected_hack`).
 Reward = fraction of hidden tests passed.
 """
@@ -21,10 +21,10 @@ import json
 import random
 import re
 
-from environments.audit import audit_python
-from environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
-from environments.harness import harness_job, read_report
-from environments.sandbox import ExecResult
+from flywheel.environments.audit import audit_python
+from flywheel.environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
+from flywheel.environments.harness import harness_job, read_report
+from flywheel.environments.sandbox import ExecResult
 
 VERBS = ["compute", "get", "make", "find", "calc", "build", "derive", "produce"]
 NOUNS = ["value", "result", "score", "total", "output", "answer", "item", "metric"]

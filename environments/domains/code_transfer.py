@@ -9,7 +9,7 @@ and evaluated here shows whether it learnt to write functions or learnt nine tem
 
 from __future__ import annotations
 
-from environments.domains.code import CodeSynthesis, _ints, _word
+from flywheel.environments.domains.code import CodeSynthesis, _ints, _word
 
 
 def span(rng):

@@ -17,7 +17,7 @@ quoting) because the comparison is exact.
 
 Verification reuses the code domain's code extraction and the shared harness
 (environments/harness.py: only the hidden inputs go into the sandbox, outputs are compared
-on the host; `environments.audit` zeroes tampering as `suspected_hack`) in its `text`
+on the host; `flywheel.environments.audit` zeroes tampering as `suspected_hack`) in its `text`
 mode: the function takes one string and must return a `str` (exactly, so a str subclass
 with a lying __eq__ fails); outputs are compared after removing trailing newlines only. Reward = outcome = fraction of hidden tests passed.
 penalty = -0.1 when the code was found outside the asked-for ```python block and earned
@@ -33,11 +33,11 @@ import json
 import random
 import re
 
-from environments.audit import audit_python
-from environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
-from environments.domains.code import CODE_BLOCK, extract_code
-from environments.harness import harness_job, read_report
-from environments.sandbox import ExecResult
+from flywheel.environments.audit import audit_python
+from flywheel.environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
+from flywheel.environments.domains.code import CODE_BLOCK, extract_code
+from flywheel.environments.harness import harness_job, read_report
+from flywheel.environments.sandbox import ExecResult
 
 FORMAT_PENALTY = -0.1
 N_HIDDEN = 6

@@ -34,7 +34,7 @@ import datetime as dt
 import json
 import re
 
-from environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
+from flywheel.environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
 
 STRING_AS_NUMBER_PENALTY = -0.1
 REL_TOL = 1e-6

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from environments.task_file import FileTasks, TaskFileError
+from flywheel.environments.task_file import FileTasks, TaskFileError
 
 
 def data_path() -> Path:

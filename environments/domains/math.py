@@ -43,7 +43,7 @@ import re
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-from environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
+from flywheel.environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
 
 FORMAT_PENALTY = -0.1
 DEC_TOLERANCE = Fraction(1, 200)  # half of 0.01, the place the 2-decimal prompts ask for

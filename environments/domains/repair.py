@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 
-from environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
-from environments.audit import audit_commands, audit_python
-from environments.base import Draft, GeneratedTasks
-from environments.sandbox import Limits
-from environments.tagged import PRELUDE, new_nonce, read_tagged_output
-from storage.schema import TaskSpec
+from flywheel.environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
+from flywheel.environments.audit import audit_commands, audit_python
+from flywheel.environments.base import Draft, GeneratedTasks
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged_output
+from flywheel.storage.schema import TaskSpec
 
 VERBS = ["scale", "tally", "window", "bound", "share", "shift", "merge", "score"]
 NOUNS = ["values", "items", "points", "totals", "rows", "marks", "levels", "counts"]

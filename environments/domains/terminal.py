@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 
-from environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
-from environments.base import Draft, GeneratedTasks
-from environments.audit import audit_commands
-from environments.sandbox import Limits
-from storage.schema import TaskSpec
+from flywheel.environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
+from flywheel.environments.base import Draft, GeneratedTasks
+from flywheel.environments.audit import audit_commands
+from flywheel.environments.sandbox import Limits
+from flywheel.storage.schema import TaskSpec
 
 WORDS = ["alpha", "bravo", "cedar", "delta", "ember", "fjord", "gamma", "harbor", "indigo", "juniper",
          "kestrel", "lumen", "maple", "nectar", "onyx", "pixel", "quartz", "raven", "sierra", "tundra"]  # fmt: skip

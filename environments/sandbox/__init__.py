@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace
+from flywheel.environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace
 
 BACKENDS = {
-    "bwrap": "environments.sandbox.bwrap:BwrapSandbox",
-    "docker": "environments.sandbox.docker_backend:DockerSandbox",
-    "process": "environments.sandbox.process:ProcessSandbox",
+    "bwrap": "flywheel.environments.sandbox.bwrap:BwrapSandbox",
+    "docker": "flywheel.environments.sandbox.docker_backend:DockerSandbox",
+    "process": "flywheel.environments.sandbox.process:ProcessSandbox",
 }
 
 

@@ -40,9 +40,9 @@ import time
 import uuid
 from pathlib import Path
 
-from environments.sandbox.base import LIBRARIES, Job, Limits
-from environments.sandbox.pool import PoolSandbox, worker_mb
-from environments.sandbox.protocol import Transport, WorkerDied, worker_command
+from flywheel.environments.sandbox.base import LIBRARIES, Job, Limits
+from flywheel.environments.sandbox.pool import PoolSandbox, worker_mb
+from flywheel.environments.sandbox.protocol import Transport, WorkerDied, worker_command
 
 NOBODY = 65534
 TMPFS_MB = 64  # each of /work and /tmp
@@ -238,5 +238,5 @@ def check_available(python: str = "/usr/bin/python3") -> str | None:
     return None
 
 
-if __name__ == "__main__":  # a quick self-check: python -m environments.sandbox.bwrap
+if __name__ == "__main__":  # a quick self-check: python -m flywheel.environments.sandbox.bwrap
     print(check_available(sys.argv[1] if len(sys.argv) > 1 else "/usr/bin/python3") or "ok")

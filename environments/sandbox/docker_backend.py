@@ -49,11 +49,11 @@ import struct
 import tempfile
 import time
 
-from environments.sandbox.base import LIBRARIES, ExecResult, Job, Limits, Sandbox
-from environments.sandbox.docker_hosts import Host, HostSet, ping
-from environments.sandbox.docker_image import DEFAULT_IMAGE, NOBODY
-from environments.sandbox.pool import PoolSandbox, worker_mb
-from environments.sandbox.protocol import START_TIMEOUT_S, Transport, WorkerDied, worker_command
+from flywheel.environments.sandbox.base import LIBRARIES, ExecResult, Job, Limits, Sandbox
+from flywheel.environments.sandbox.docker_hosts import Host, HostSet, ping
+from flywheel.environments.sandbox.docker_image import DEFAULT_IMAGE, NOBODY
+from flywheel.environments.sandbox.pool import PoolSandbox, worker_mb
+from flywheel.environments.sandbox.protocol import START_TIMEOUT_S, Transport, WorkerDied, worker_command
 
 TMPFS_MB = 64
 LABEL = "flywheel.sandbox"

@@ -2,7 +2,7 @@
 build-image`): a rootfs of the host's system python (interpreter, stdlib without its
 tests, the shared libraries they load), /bin/sh and a few core tools, and
 `sandbox.libraries` (the scorers' packages, such as math-verify) at
-environments.sandbox.base.LIBRARIES, imported as an image. It has no package manager and
+flywheel.environments.sandbox.base.LIBRARIES, imported as an image. It has no package manager and
 no site-packages, on purpose. The rootfs is built
 once and imported into every configured host; each import is probed by running python
 in it as the sandbox's user.
@@ -17,8 +17,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from environments.sandbox.base import LIBRARIES
-from environments.sandbox.docker_hosts import connect
+from flywheel.environments.sandbox.base import LIBRARIES
+from flywheel.environments.sandbox.docker_hosts import connect
 
 DEFAULT_IMAGE = "flywheel-sandbox:latest"
 NOBODY = 65534

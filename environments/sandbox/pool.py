@@ -26,8 +26,8 @@ import time
 from abc import abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace
-from environments.sandbox.protocol import Transport, Worker, WorkerDied
+from flywheel.environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace
+from flywheel.environments.sandbox.protocol import Transport, Worker, WorkerDied
 
 GRACE_S = 10.0  # for the worker's own bookkeeping beyond the code's wall time
 

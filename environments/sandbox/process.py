@@ -16,7 +16,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace, rlimit_launcher, spawn_and_collect
+from flywheel.environments.sandbox.base import ExecResult, Job, Limits, Sandbox, Workspace, rlimit_launcher, spawn_and_collect
 
 
 class ProcessSandbox(Sandbox):

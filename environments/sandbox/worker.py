@@ -50,9 +50,9 @@ import sys
 import time
 
 if __name__ != "__main__":  # on the host (a reader, a linter): in the sandbox the four files are one program
-    from environments.sandbox.worker_child import IGNORED, child, install, prepare
-    from environments.sandbox.worker_startup import libc, load_libraries, share_code_mappings, warm_up
-    from environments.sandbox.worker_workspace import TMP, WORK, put, restore, safe_path, take_snapshot, wipe
+    from flywheel.environments.sandbox.worker_child import IGNORED, child, install, prepare
+    from flywheel.environments.sandbox.worker_startup import libc, load_libraries, share_code_mappings, warm_up
+    from flywheel.environments.sandbox.worker_workspace import TMP, WORK, put, restore, safe_path, take_snapshot, wipe
 
 # A child that has written nothing wakes the worker once, at its exit, not also at its first
 # write (a wake-up while the child runs costs copy-on-write faults in the worker); the pipes

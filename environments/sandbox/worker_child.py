@@ -13,7 +13,7 @@ import signal
 import sys
 
 if __name__ != "__main__":  # on the host (a reader, a linter): in the sandbox the files are one program
-    from environments.sandbox.worker_workspace import WORK
+    from flywheel.environments.sandbox.worker_workspace import WORK
 
 FAST_FLAGS = {"-I", "-S", "-u", "-B", "-E", "-s"}
 RLIMITS = {"memory_mb": ("RLIMIT_AS", 1 << 20), "cpu_s": ("RLIMIT_CPU", 1),

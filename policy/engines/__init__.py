@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from policy.engines.base import Engine, Sample, SamplingSpec
+from flywheel.policy.engines.base import Engine, Sample, SamplingSpec
 
 BACKENDS = {
-    "vllm": "policy.engines.vllm_engine:VLLMEngine",
-    "hf": "policy.engines.hf_engine:HFEngine",
-    "openai": "policy.engines.openai_server:OpenAIServerEngine",
+    "vllm": "flywheel.policy.engines.vllm_engine:VLLMEngine",
+    "hf": "flywheel.policy.engines.hf_engine:HFEngine",
+    "openai": "flywheel.policy.engines.openai_server:OpenAIServerEngine",
 }
 
 

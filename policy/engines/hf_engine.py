@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from policy.engines.base import Engine, Sample, SamplingSpec
-from policy.logprobs import sequence_logprobs
+from flywheel.policy.engines.base import Engine, Sample, SamplingSpec
+from flywheel.policy.logprobs import sequence_logprobs
 
 
 class HFEngine(Engine):

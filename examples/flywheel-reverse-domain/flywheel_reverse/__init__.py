@@ -6,7 +6,7 @@ lists it. The whole contract it meets: a task source (`generate` -> `Draft`), a 
 `check` (it reads the answer line, never runs it), and a `reference` for SFT.
 """
 
-from environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
+from flywheel import CheckEnvironment, Draft, GeneratedTasks, Score, reply
 
 WORDS = ("amber river stone cloud maple lantern violet harbor meadow copper falcon willow ember "
          "summit canyon orchid thunder pebble glacier saffron").split()

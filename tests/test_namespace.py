@@ -1,0 +1,39 @@
+"""The installed project is one import namespace: building the wheel and importing from it
+(outside the repository) finds `flywheel.tasks` and friends, and no generic top-level name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_wheel_installs_one_namespace(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)  # fmt: skip
+    (wheel,) = (tmp_path / "dist").glob("flywheel-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"flywheel"}, tops
+    assert "flywheel/environments/rg_catalogue.json" in names  # package data travels
+    assert "flywheel/policy/ds_zero3.json" in names
+
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = ("import importlib, sys\n"
+             "import flywheel.tasks, flywheel.flows, flywheel.environments.base, flywheel.storage.schema\n"
+             "from flywheel import Environment, Score, FlywheelConfig\n"
+             "assert flywheel.tasks.__file__.startswith(sys.argv[1]), flywheel.tasks.__file__\n"
+             "for generic in ('tasks', 'flows', 'environments', 'storage', 'policy'):\n"
+             "    try:\n"
+             "        importlib.import_module(generic)\n"
+             "    except ModuleNotFoundError:\n"
+             "        continue\n"
+             "    raise SystemExit(f'{generic} imports from ' + str(sys.modules[generic].__file__))\n")  # fmt: skip
+    # outside the repository, with only the wheel's files ahead of the environment's packages
+    out = subprocess.run([sys.executable, "-c", probe, str(site)], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
