@@ -48,7 +48,7 @@ def main() -> None:
     import flywheel  # noqa: F401  (offline defaults)
     from bench.roofline import matmul_flops
     from flywheel.config import FlywheelConfig
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.storage.lake import Lake
     from flywheel.storage.query import connect
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/disk.py OUT_DIR [--cycles 4] [--model MODEL_DIR] [--set key=value ...]
 
-Runs a short real flywheel (the tiny test model by default: flywheel.model_prep's
+Runs a short real flywheel (the tiny test model by default: flywheel.run.model_prep's
 build_tiny_model, 6.6M parameters; math and code at level 1, 4 tasks x 2 samples, a local
 lake) while a thread sums the files under the run dir every second. Prints, per number of
 cycles done, the total, the policies' share (exports and DeepSpeed checkpoints), the rest
@@ -46,7 +46,7 @@ def main() -> None:
     import flywheel  # noqa: F401  (offline defaults)
     from flywheel.flows.flywheel import flywheel as run_flywheel
     from flywheel.config import FlywheelConfig, apply_overrides
-    from flywheel.model_prep import build_tiny_model
+    from flywheel.run.model_prep import build_tiny_model
 
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)

@@ -45,7 +45,7 @@ def worker(model: str) -> None:
 
 
 def main() -> None:
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
 
     model = sys.argv[1] if len(sys.argv) > 1 else resolve_model(None)
     rates: dict[str, float] = {}

@@ -59,7 +59,7 @@ def main() -> None:
 
     from flywheel.environments.registry import Domains
     from flywheel.config import FlywheelConfig
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.policy.chat import encode_chat
     from flywheel.policy.engines.vllm_engine import VLLMEngine
     from flywheel.tasks import generate as stage

@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=20)
     ap.add_argument("--cycles", type=int, default=2, help="Cycles of the judged run (0: injections only).")
     args = ap.parse_args()
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.policy.engines.vllm_server import VLLMServer
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-judge-"))
@@ -106,7 +106,7 @@ def main() -> None:
         print(f"{'completion':>12} {'n':>4} {'raw judge':>10} {'nonsense':>9} {'guarded':>8}")
         for kind, n, raw, nonsense, guarded in rows:
             print(f"{kind:>12} {n:>4} {raw:>10.3f} {nonsense:>9.2f} {guarded:>8.3f}")
-        from flywheel.stats import paired
+        from flywheel.reports.stats import paired
 
         for a, b in (("plain wrong", "injection"), ("plain wrong", "right")):
             p = paired(per_prompt[a], per_prompt[b])  # per prompt, paired bootstrap

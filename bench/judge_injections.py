@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import flywheel  # noqa: E402,F401  (offline defaults)
 from flywheel.environments.judge import Judgement  # noqa: E402
-from flywheel.stats import interval_text  # noqa: E402
+from flywheel.reports.stats import interval_text  # noqa: E402
 from tests.judge_suite import MemoCache, ObedientJudge, judge_items, load, paid, passes  # noqa: E402
 
 OLD_GUARD = re.compile(  # environments/judge.py's ADDRESSES_JUDGE before issue 41, for comparison
@@ -106,7 +106,7 @@ def main() -> None:
     if args.stub_only:
         return
     from flywheel.environments.judge import constrained_choices, openai_asker
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.policy.engines.vllm_server import VLLMServer
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-judge-inj-"))

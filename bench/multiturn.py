@@ -74,7 +74,7 @@ def main() -> None:
     from flywheel.environments.registry import Domains
     from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import FlywheelConfig
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.policy.engines.vllm_engine import VLLMEngine
     from flywheel.tasks import generate as stage
     from flywheel.tasks.context import StageContext

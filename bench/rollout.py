@@ -65,7 +65,7 @@ def bench_transformers(model_dir: str, tokenizer, prompts, n: int, max_tokens: i
 def main() -> None:
     from transformers import AutoTokenizer
 
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
 
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?")

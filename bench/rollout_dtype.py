@@ -35,7 +35,7 @@ def child(args) -> None:
     import flywheel  # noqa: F401  (offline defaults)
     from bench.generate_vs_vllm import code_tasks
     from flywheel.config import FlywheelConfig
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.policy.chat import encode_chat
     from flywheel.policy.engines.base import SamplingSpec
     from flywheel.policy.engines.vllm_engine import VLLMEngine

@@ -72,7 +72,7 @@ def step_times(model: str, bf16: bool, batch_args) -> tuple[dict, dict, dict]:
 def main() -> None:
     import flywheel  # noqa: F401  (offline defaults)
     from bench.update import batch_arguments
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
 
     ap = batch_arguments(steps=2)
     ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flywheel.scrub import Scrubber
+from flywheel.production.scrub import Scrubber
 
 PROSE = [
     "Thanks for reaching out! I checked your account and the refund was issued on {date}.",

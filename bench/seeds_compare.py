@@ -2,7 +2,7 @@
 
 Each run's last evaluated policy (its `current` version, evaluated by
 `eval.before_and_after`) is scored per task; the difference of the two sides' means comes
-with an interval that resamples both the seeds and the tasks (`flywheel.stats.seeds_paired`),
+with an interval that resamples both the seeds and the tasks (`flywheel.reports.stats.seeds_paired`),
 so one lucky seed cannot pass for a recipe's effect. Also each seed's own paired difference
 (`paired`, tasks only) and each side's starting evaluation, which should be the same policy
 on the same tasks.
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import argparse
 
-from flywheel.cli_common import lake_and_store, run_config
-from flywheel.eval_report import task_scores
-from flywheel.stats import paired, seeds_paired, wilson
+from flywheel.cli.common import lake_and_store, run_config
+from flywheel.reports.eval_report import task_scores
+from flywheel.reports.stats import paired, seeds_paired, wilson
 from flywheel.storage import evals
 
 

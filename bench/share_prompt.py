@@ -94,7 +94,7 @@ class BareStep:
 
 class TrainerStep:
     def __init__(self, model: str, micro_batch_tokens: int):
-        from flywheel.config_training import TrainerConfig
+        from flywheel.config.training import TrainerConfig
         from flywheel.policy.trainer import GRPOTrainer
 
         self.trainer = GRPOTrainer(
@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.model is None:
-        from flywheel.model_prep import resolve_model
+        from flywheel.run.model_prep import resolve_model
 
         args.model = resolve_model(None)  # the embedded SmolLM2
     device = "cuda" if torch.cuda.is_available() else "cpu"

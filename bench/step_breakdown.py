@@ -173,7 +173,7 @@ def plain_reference(model: str, batch: list, args) -> dict:
 def main() -> None:
     import flywheel  # noqa: F401  (offline defaults)
     from bench.update import batch_arguments
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
 
     ap: argparse.ArgumentParser = batch_arguments(steps=1)
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])

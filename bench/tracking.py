@@ -23,9 +23,9 @@ from pathlib import Path
 
 import flywheel  # noqa: F401  (offline defaults)
 from flywheel.config import FlywheelConfig
-from flywheel.reporting import curve_png
-from flywheel.results import CycleSummary
-from flywheel.tracking import Tracker
+from flywheel.reports.summary import curve_png
+from flywheel.reports.results import CycleSummary
+from flywheel.reports.tracking import Tracker
 
 CYCLES = 20
 REPO = Path(__file__).resolve().parent.parent

@@ -94,7 +94,7 @@ def _peak_rss_gib() -> float:
 def _trainer_process(conn, model: str, lora_rank: int) -> None:
     """One trainer in a child process: builds it, reports, then steps on request."""
     import flywheel  # noqa: F401
-    from flywheel.config_training import LoraConfig, TrainerConfig
+    from flywheel.config.training import LoraConfig, TrainerConfig
     from flywheel.policy.trainer import GRPOTrainer
 
     lora = LoraConfig(r=lora_rank, alpha=2 * lora_rank) if lora_rank else None
@@ -145,7 +145,7 @@ def compare_lora(model: str, batch, rank: int, steps: int) -> None:
 def main() -> None:
     import flywheel  # noqa: F401
     from flywheel.config import TrainerConfig
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.policy.trainer import GRPOTrainer
 
     ap = batch_arguments(steps=3)

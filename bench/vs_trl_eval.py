@@ -17,7 +17,7 @@ def run_eval(bench, cfg, points: list[dict]) -> list[dict]:
     from flywheel.environments.registry import Domains
     from flywheel.environments.sandbox import make_sandbox
     from flywheel.flows.evaluate import eval_tasks
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.policy.chat import encode_chat
     from flywheel.policy.engines import SamplingSpec, make_engine
     from flywheel.policy.grpo import overlong_penalty

@@ -26,7 +26,7 @@ def trl_curves(evaluated: list[dict], round_: int) -> dict:
 def gain(a: dict, b: dict) -> dict | None:
     """b's held-out reward minus a's, paired over the same tasks (bootstrap 95%), when
     both points carry their per-task rewards."""
-    from flywheel.stats import paired
+    from flywheel.reports.stats import paired
 
     if "rewards" not in a or "rewards" not in b:
         return None

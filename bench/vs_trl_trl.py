@@ -128,7 +128,7 @@ def run_trl(bench, cfg, work: Path, round_: int, tag: str = "") -> dict:
     from trl import GRPOTrainer
 
     from flywheel.environments.sandbox import make_sandbox
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.policy.chat import encode_chat
 
     model_dir = resolve_model(cfg.model.path, cfg.model.cache_dir)

@@ -17,7 +17,7 @@ import argparse
 import random
 from pathlib import Path
 
-from flywheel.stats import unpaired, wilson
+from flywheel.reports.stats import unpaired, wilson
 from flywheel.storage.lake import Lake
 from flywheel.storage.query import connect
 

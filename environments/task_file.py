@@ -10,7 +10,7 @@ in an order fixed by the seed, so each cycle's seed gives its own subset.
 
 Rows whose tests cannot fail a candidate are quarantined too: at parse time when the
 tests never touch the function (environments/task_checks.py `never_calls`), and by
-`validate(sandbox)`, which the run calls once its sandbox is up (flywheel/runtime.py),
+`validate(sandbox)`, which the run calls once its sandbox is up (flywheel/run/runtime.py),
 when the row's reference fails its own tests or a stub passes them.
 
 Verification is per row (environments/verifiers.py): the host kinds are checked

@@ -24,12 +24,12 @@ import time
 from prefect import flow, get_run_logger
 
 from flywheel.environments.registry import expand, expand_all
-from flywheel import eval_report
+from flywheel.reports import eval_report
 from flywheel.config import FlywheelConfig
-from flywheel.progress_lines import lines_unless_shown
-from flywheel.reporting import artifact_key
-from flywheel.results import EvalResult
-from flywheel.runtime import Runtime
+from flywheel.reports.progress_lines import lines_unless_shown
+from flywheel.reports.summary import artifact_key
+from flywheel.reports.results import EvalResult
+from flywheel.run.runtime import Runtime
 from flywheel.storage import evals
 from flywheel.tasks.generate import generate
 from flywheel.tasks.sample import quarantine_long_prompts, sampled_levels
@@ -127,7 +127,7 @@ def evaluate_and_track(rt: Runtime) -> tuple[EvalResult, bool]:
     if value is not None:
         best = rt.policies.record_evaluation(result.policy_version, cfg.metric, value)
         stop = cfg.patience > 0 and best["stale"] >= cfg.patience
-    from flywheel.reporting import publish_eval_curve
+    from flywheel.reports.summary import publish_eval_curve
 
     publish_eval_curve(rt, eval_groups(rt.config, rt.domains, suites))
     return result, stop

@@ -1,7 +1,7 @@
 """The flywheel: N cycles of sample -> generate -> score -> archive -> update -> replay.
 
 `run_cycle` reads top to bottom as the cycle itself. The update is handed to an
-`UpdatePipeline` (flywheel/pipeline.py): by default it runs and syncs at once; with
+`UpdatePipeline` (flywheel/run/pipeline.py): by default it runs and syncs at once; with
 `pipeline.max_policy_lag` > 0 it trains in the background while the next cycle is
 generated, on weights at most that many versions old. Every stage's output is in the lake
 (or the policy manifest) before the next stage starts, and each stage is skipped when
@@ -20,16 +20,16 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 
 from flywheel.flows.evaluate import evaluate_and_track
-from flywheel import zero_signal
+from flywheel.reports import zero_signal
 from flywheel.config import FlywheelConfig
-from flywheel.console import check_stop
-from flywheel.pipeline import UpdatePipeline
-from flywheel.progress import reporter
-from flywheel.progress_lines import lines_unless_shown, stage_done
-from flywheel.reporting import by_domain_level, publish_cycle
-from flywheel.results import CycleSummary, FlywheelResult
-from flywheel.runtime import Runtime
-from flywheel.tracking import Tracker
+from flywheel.run.console import check_stop
+from flywheel.run.pipeline import UpdatePipeline
+from flywheel.reports.progress import reporter
+from flywheel.reports.progress_lines import lines_unless_shown, stage_done
+from flywheel.reports.summary import by_domain_level, publish_cycle
+from flywheel.reports.results import CycleSummary, FlywheelResult
+from flywheel.run.runtime import Runtime
+from flywheel.reports.tracking import Tracker
 from flywheel.storage.query import connect
 from flywheel.tasks.archive import archive
 from flywheel.tasks.generate import generate
@@ -43,7 +43,7 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
     t_cycle = time.monotonic()
 
     def timed(name, fn, *args):
-        check_stop()  # a Ctrl-C whose first raise was lost (flywheel/console.py)
+        check_stop()  # a Ctrl-C whose first raise was lost (flywheel/run/console.py)
         t0 = time.monotonic()
         result = fn.with_options(task_run_name=f"{name}-{rt.run_id}-c{cycle}")(rt, *args)
         timings[name] = round(time.monotonic() - t0, 2)

@@ -1,7 +1,7 @@
 """Ingest: production logs -> the lake's `traces/`, scrubbed, deduplicated, exactly once.
 
 For each file (JSONL, JSONL.gz, Parquet or a `datasets` dir; shapes in
-flywheel/production_logs.py): every record is scrubbed (flywheel/scrub.py), checked, and
+flywheel/production/logs.py): every record is scrubbed (flywheel/production/scrub.py), checked, and
 either becomes a trace or is quarantined with its file, line and reason; traces whose
 content id the lake already holds, or that came earlier in the same file, are counted as
 duplicates and dropped; the rest are committed as one batch (storage/traces.py). The
@@ -11,7 +11,7 @@ redactions (by pattern) and traces per workload.
 `ingest_file` is the body (bench/ingest.py times it); the `ingest` flow runs it over
 paths and publishes each report as a table artifact; the `ingest-traces` deployment in
 prefect.yaml runs the flow on a schedule. What a trace becomes, a task with a verifier,
-is the workload's business (flywheel/config.py `workloads`, environments/traces.py).
+is the workload's business (flywheel/config/__init__.py `workloads`, environments/traces.py).
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from prefect import flow, get_run_logger
 
 from flywheel.environments.task_rows import read_rows
 from flywheel.config import FlywheelConfig, IngestConfig
-from flywheel.production_logs import RecordError, parse_record
-from flywheel.progress import stage
-from flywheel.reporting import publish_table
-from flywheel.scrub import Scrubber
+from flywheel.production.logs import RecordError, parse_record
+from flywheel.reports.progress import stage
+from flywheel.reports.summary import publish_table
+from flywheel.production.scrub import Scrubber
 from flywheel.storage.lake import Lake
 from flywheel.storage.schema import TRACE_SCHEMA, stable_id
 from flywheel.storage.traces import TraceStore

@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 from prefect import flow, get_run_logger
 
 from flywheel.config import FlywheelConfig
-from flywheel.progress import stage
-from flywheel.runtime import Runtime
+from flywheel.reports.progress import stage
+from flywheel.run.runtime import Runtime
 from flywheel.policy.trainer import TrainSample
 
 
@@ -92,7 +92,7 @@ def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, p
     domain's reference reply. The seed is apart from the sampler's, so these tasks are
     not the ones RL then draws (both are train split; the eval split is never touched).
     """
-    from flywheel.run_domains import build_domains
+    from flywheel.run.domains import build_domains
     from flywheel.policy.multiturn import play_reference
     from flywheel.tasks.sample import sampled_levels
 

@@ -37,7 +37,7 @@ class LoraTargetError(ValueError):
 
 
 def peft_config(cfg):
-    """A PEFT LoraConfig from the trainer's `lora` section (flywheel/config_training.py)."""
+    """A PEFT LoraConfig from the trainer's `lora` section (flywheel/config/training.py)."""
     from peft import LoraConfig
 
     targets = cfg.target_modules

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--kl-reference",
         help="the policy trainer.kl_coef holds the update near: the run's SFT policy, else its base "
-        "model (flywheel/runtime.py's kl_reference). Default --model, against which a one-step job's "
+        "model (flywheel/run/runtime.py's kl_reference). Default --model, against which a one-step job's "
         "penalty is 0",
     )
     ap.add_argument("--checkpoint-dir")

@@ -11,8 +11,8 @@ every evaluation of a run as `evaluations` and defines:
                reward, share of tasks with any reward, mean turns, tokens per solved
                task, tool-call validity.
 
-Intervals are not SQL: flywheel/stats.py puts a Wilson interval on each cell's solved /
-tasks and a paired bootstrap on two versions' eval_tasks (flywheel/eval_report.py).
+Intervals are not SQL: flywheel/reports/stats.py puts a Wilson interval on each cell's solved /
+tasks and a paired bootstrap on two versions' eval_tasks (flywheel/reports/eval_report.py).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ FROM groups GROUP BY run_id, cycle, domain, split
 # had equal rewards (no advantage, nothing learned); of those, `all_zero_groups` scored 0 in
 # every sample and `all_one_groups` 1. `no_answer` (verdict no_code: no answer in the format
 # the verifier reads) and `truncated` (cut at max_tokens) are shares of the samples that
-# failed: the evidence flywheel/zero_signal.py names the likely cause from.
+# failed: the evidence flywheel/reports/zero_signal.py names the likely cause from.
 SIGNAL_VIEW = """
 CREATE VIEW signal AS
 WITH per_group AS (

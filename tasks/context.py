@@ -4,7 +4,7 @@
 engine holds and how many updates are in flight, how to sample), fixed when the flow
 calls the stage; nothing writes to it afterwards. `Parts` is what the bodies use to do
 the work (tokenizer, sandbox, engine, domains, reward functions, judge): the driver's Runtime
-(flywheel/runtime.py) or, on a Ray worker, the parts a shard rebuilds from the config
+(flywheel/run/runtime.py) or, on a Ray worker, the parts a shard rebuilds from the config
 (tasks/shards.py). A body never reads anything else from either.
 """
 
@@ -23,7 +23,7 @@ class StageContext:
     cycle: int  # -1 for evaluations
     label: str  # "train", "eval-greedy", ...: keeps the ids of differently sampled trajectories apart
     policy_version: int  # the version the engine generates with
-    policy_lag: int  # updates trained but not yet in the engine when generating (flywheel/pipeline.py)
+    policy_lag: int  # updates trained but not yet in the engine when generating (flywheel/run/pipeline.py)
     generation: GenerationConfig
 
 

@@ -13,7 +13,7 @@ Dispatch on the domain's kind, once per task list:
   `episode_score`.
 
 Rollouts come out grouped by task in the order of the task list, so a list cut into
-shards (flywheel/fanout.py) and joined back gives the same ids, groups and order as the
+shards (flywheel/run/fanout.py) and joined back gives the same ids, groups and order as the
 whole list. Not the same sampled text: the engine's random stream is seeded per engine
 call, and shards make different calls.
 """
@@ -27,7 +27,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flywheel.environments.agentic import RewardWeights
-from flywheel.progress import stage
+from flywheel.reports.progress import stage
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines import SamplingSpec
 from flywheel.policy.multiturn import run_episodes
@@ -40,7 +40,7 @@ CALL_SEQUENCES = 256
 
 @task(name="generate", cache_policy=NO_CACHE)
 def generate(rt, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rollout]:
-    """k rollouts per task. The work runs where `fanout` says (flywheel/fanout.py): here,
+    """k rollouts per task. The work runs where `fanout` says (flywheel/run/fanout.py): here,
     or in shards of tasks on Ray."""
     return rt.fanout.map(rollouts, tasks, ctx, engine=True)
 

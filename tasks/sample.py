@@ -20,7 +20,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flywheel.environments.registry import expand_all, mixture
 from flywheel.policy.chat import encode_chat
-from flywheel.reporting import publish_table
+from flywheel.reports.summary import publish_table
 from flywheel.tasks.curriculum import allot, arm_rows, cell_weights, eval_prior, level_stats, thompson
 from flywheel.storage.schema import TaskSpec, stable_id
 

@@ -31,7 +31,7 @@ from flywheel.environments import Environment, Score
 from flywheel.environments import reward_functions as rf
 from flywheel.environments.sandbox import ExecResult, Job
 from flywheel.config import RewardConfig
-from flywheel.progress import stage
+from flywheel.reports.progress import stage
 from flywheel.policy.grpo import overlong_penalty
 from flywheel.storage.schema import TaskSpec, Trajectory
 from flywheel.tasks.context import Parts, StageContext
@@ -70,7 +70,7 @@ def verify(sandbox, pairs: list[tuple[Environment, TaskSpec, str]], advance=lamb
 @task(name="score", cache_policy=NO_CACHE)
 def score(rt, ctx: StageContext, rollouts: list[Rollout]) -> list[Trajectory]:
     """The rollouts, scored, as records in their order. The work runs where `fanout` says
-    (flywheel/fanout.py): here, or in shards of rollouts on Ray."""
+    (flywheel/run/fanout.py): here, or in shards of rollouts on Ray."""
     return rt.fanout.map(score_rollouts, rollouts, ctx)
 
 

@@ -1,4 +1,4 @@
-"""A shard of a stage, run as a Prefect task on a Ray worker (flywheel/fanout.py submits it).
+"""A shard of a stage, run as a Prefect task on a Ray worker (flywheel/run/fanout.py submits it).
 
 A worker has none of the driver's live parts (the Runtime holds processes and cannot be
 pickled), so a shard receives the stage's context and rebuilds the parts the body uses
@@ -72,7 +72,7 @@ class ShardParts:
 
     @property
     def base_model(self) -> str:
-        from flywheel.model_prep import resolve_model
+        from flywheel.run.model_prep import resolve_model
 
         m = self.config.model
         return _part(("model", m.path, m.cache_dir), lambda: resolve_model(m.path, m.cache_dir))
@@ -86,7 +86,7 @@ class ShardParts:
 
     @property
     def domains(self):
-        from flywheel.run_domains import build_domains
+        from flywheel.run.domains import build_domains
 
         return _part(("domains", self.config.model_dump_json(include={"sampler", "eval"})), lambda: build_domains(self.config))
 
@@ -132,7 +132,7 @@ class ShardParts:
 
     def policy_dir(self) -> str:
         """A local dir with this run's `policy_version` weights, from the lake."""
-        from flywheel.model_prep import cache_root
+        from flywheel.run.model_prep import cache_root
         from flywheel.storage.lake import Lake
         from flywheel.storage.policies import PolicyStore
 

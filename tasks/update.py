@@ -3,7 +3,7 @@ from the lake (so an update can be re-run or resumed); then `sync` puts the new 
 into the running engine and a probe checks that engine and trainer agree token by token.
 
 The two are separate tasks so that an asynchronous run (pipeline.max_policy_lag > 0,
-flywheel/pipeline.py) can train in the background while the engine generates the next
+flywheel/run/pipeline.py) can train in the background while the engine generates the next
 cycle, and sync only between generations. The trainer's side of the probe is computed
 inside `update`, right after its step, so `sync` never touches the trainer while a later
 update may be running.

@@ -12,7 +12,7 @@ from flywheel.storage.seaweed import free_port  # noqa: F401  (tests import it f
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> str:
-    from flywheel.model_prep import build_tiny_model
+    from flywheel.run.model_prep import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 

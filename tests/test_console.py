@@ -1,4 +1,4 @@
-"""The CLI's clean stop (flywheel/console.py) in a real process: a Ctrl-C whose
+"""The CLI's clean stop (flywheel/run/console.py) in a real process: a Ctrl-C whose
 KeyboardInterrupt Python swallows (raised inside a `__del__`) is raised again at the next
 stage boundary (`check_stop`)."""
 
@@ -8,7 +8,7 @@ import sys
 SCRIPT = """
 import os, signal, sys, time
 from pathlib import Path
-from flywheel.console import check_stop, run_console
+from flywheel.run.console import check_stop, run_console
 
 class Collected:
     def __del__(self):

@@ -65,7 +65,7 @@ def test_over_long_prompts_are_quarantined_not_fatal(tmp_path):
 
     from transformers import AutoTokenizer
 
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
     from flywheel.tasks.sample import quarantine_long_prompts
 
     tok = AutoTokenizer.from_pretrained(resolve_model(None, None))

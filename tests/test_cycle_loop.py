@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import flywheel.flows.flywheel as fw
 from flywheel.config import FlywheelConfig, apply_overrides
-from flywheel.results import CycleSummary
+from flywheel.reports.results import CycleSummary
 
 
 def summary(cycle: int) -> CycleSummary:

@@ -6,7 +6,7 @@ import json
 
 from flywheel.flows.evaluate import eval_tasks
 from flywheel.config import FlywheelConfig
-from flywheel.run_domains import build_domains
+from flywheel.run.domains import build_domains
 
 
 def test_every_held_out_row_of_a_file_up_to_the_cap(tmp_path):

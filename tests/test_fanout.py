@@ -1,4 +1,4 @@
-"""Fan-out's pure parts (flywheel/fanout.py): how work is cut into shards, the config a
+"""Fan-out's pure parts (flywheel/run/fanout.py): how work is cut into shards, the config a
 worker receives, and that the local backend stays free of Ray. The Ray path itself runs
 on a real cluster in tests/test_ray_fanout.py."""
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from flywheel.config import FlywheelConfig
-from flywheel.fanout import portable, split
+from flywheel.run.fanout import portable, split
 
 
 @pytest.mark.parametrize("n,shards", [(7, 3), (2, 5), (6, 2), (1, 1), (0, 2)])
@@ -32,7 +32,7 @@ def test_portable_config_names_the_lake_and_absolute_paths(tmp_path, monkeypatch
 def test_local_backend_imports_no_ray():
     code = (
         "import sys; import flywheel.flows.flywheel, flywheel.flows.evaluate, flywheel.tasks.shards\n"
-        "from flywheel.fanout import make_fanout\n"
+        "from flywheel.run.fanout import make_fanout\n"
         "from flywheel.config import FlywheelConfig\n"
         "class Rt: config = FlywheelConfig()\n"
         "f = make_fanout(Rt())\n"

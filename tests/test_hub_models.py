@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from flywheel.model_prep import HUB_DEFAULT, ModelError, is_hub_name, resolve_model
+from flywheel.run.model_prep import HUB_DEFAULT, ModelError, is_hub_name, resolve_model
 
 
 def cache_with(tmp_path, tiny_model, name: str, commit: str = "a" * 40):

@@ -11,8 +11,8 @@ import pytest
 
 from flywheel.flows.ingest import ingest_file
 from flywheel.config import IngestConfig
-from flywheel.production_logs import RecordError, parse_record
-from flywheel.scrub import ScrubError, Scrubber
+from flywheel.production.logs import RecordError, parse_record
+from flywheel.production.scrub import ScrubError, Scrubber
 from flywheel.storage.lake import Lake
 from flywheel.storage.traces import TraceStore
 

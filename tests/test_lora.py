@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from flywheel.config_training import LoraConfig, TrainerConfig
+from flywheel.config.training import LoraConfig, TrainerConfig
 from flywheel.policy import lora
 from flywheel.policy.logprobs import sequence_logprobs
 from flywheel.policy.trainer import GRPOTrainer, TrainSample

@@ -21,7 +21,7 @@ def test_sft_then_grpo_with_lora_then_resume(tiny_model, tmp_path, prefect_serve
     from transformers import AutoModelForCausalLM
 
     from flywheel.flows.flywheel import _cold_start, flywheel
-    from flywheel.runtime import Runtime
+    from flywheel.run.runtime import Runtime
     from flywheel.policy.logprobs import sequence_logprobs
     from flywheel.storage.lake import Lake
     from flywheel.storage.policies import PolicyStore

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from flywheel import server as srv
+from flywheel.cli import server as srv
 from flywheel.storage.lake import Lake
 from flywheel.storage.traces import TraceStore
 

@@ -52,8 +52,8 @@ def test_production_log_to_deployed_policy(tiny_model, vllm_server, prefect_serv
     server = vllm_server
     from flywheel.flows.flywheel import flywheel
     from flywheel.flows.ingest import ingest
-    from flywheel.deploy import deploy
-    from flywheel.workload_report import workload_rows
+    from flywheel.production.deploy import deploy
+    from flywheel.reports.workload_report import workload_rows
     from flywheel.storage.deployments import Deployments
     from flywheel.storage.policies import PolicyStore
 
@@ -122,7 +122,7 @@ def write_eval(lake, run: str, version: int, solved: list[int]) -> None:
 
 def test_the_gate_refuses_a_regression_and_a_server_that_is_down(tiny_model, tmp_path):
     from flywheel.config import EngineConfig
-    from flywheel.deploy import DeployRefused, deploy
+    from flywheel.production.deploy import DeployRefused, deploy
     from flywheel.policy.engines.openai_server import EngineUnavailable
     from flywheel.storage.deployments import Deployments
     from flywheel.storage.seaweed import free_port

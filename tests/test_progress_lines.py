@@ -1,4 +1,4 @@
-"""Progress when stdout is not a terminal (flywheel/progress_lines.py): one time-stamped,
+"""Progress when stdout is not a terminal (flywheel/reports/progress_lines.py): one time-stamped,
 flushed line per stage start and end, readable from a pipe while the writer still runs;
 and a real `flywheel ingest` whose stdout is a pipe prints its stage as lines, not bars."""
 
@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from flywheel.progress import Reporter, set_reporter, stage
-from flywheel.progress_lines import LineReporter, display_reporter, lines_unless_shown, stage_done
+from flywheel.reports.progress import Reporter, set_reporter, stage
+from flywheel.reports.progress_lines import LineReporter, display_reporter, lines_unless_shown, stage_done
 
 
 def _read_now(fd: int) -> str:
@@ -73,7 +73,7 @@ def test_a_real_cli_run_on_a_pipe_prints_stage_lines(tmp_path):
 
 
 def test_a_flow_outside_the_cli_gets_lines_and_the_cli_keeps_its_display():
-    from flywheel.progress import reporter
+    from flywheel.reports.progress import reporter
 
     set_reporter(Reporter())  # what a Prefect worker's or a notebook's flow run starts with
     with lines_unless_shown() as shown:

@@ -1,4 +1,4 @@
-"""Fan-out on Ray through Prefect (flywheel/fanout.py, tasks/shards.py), on real parts: a
+"""Fan-out on Ray through Prefect (flywheel/run/fanout.py, tasks/shards.py), on real parts: a
 Ray cluster of a head and TWO worker nodes on this machine (ray.cluster_utils: separate
 raylets, the multi-node code path), prefect-ray's RayTaskRunner, a Prefect test server, a
 SeaweedFS S3 lake (workers fetch the policy from it), bubblewrap pools on the workers and
@@ -27,7 +27,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from flywheel.config import FlywheelConfig
-from flywheel.fanout import LocalFanout, split
+from flywheel.run.fanout import LocalFanout, split
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +133,7 @@ def policy_v1(tiny_model, seaweedfs, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rt(cluster, policy_v1, tiny_model, seaweedfs, tmp_path_factory):
-    from flywheel.runtime import Runtime
+    from flywheel.run.runtime import Runtime
 
     runtime = Runtime(make_config(tiny_model, seaweedfs, tmp_path_factory.mktemp("fan"), "fan", address=cluster.address))
     cluster.runtimes.append(runtime)

@@ -185,7 +185,7 @@ def test_the_seeded_plan_spreads_a_few_tasks_over_hundreds_of_arms_by_weight():
 
 
 def test_the_per_domain_picture_and_the_arms_table():
-    from flywheel.reporting import domains_png
+    from flywheel.reports.summary import domains_png
     from flywheel.tasks.curriculum import arm_rows, cell_weights
 
     rows = [("rg/a", 0, 0.0), ("rg/a", 1, 0.5), ("rg/b", 1, 1.0)]

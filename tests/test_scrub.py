@@ -1,4 +1,4 @@
-"""Scrubbing (flywheel/scrub.py and its detectors): each kind the README promises, with cases
+"""Scrubbing (flywheel/production/scrub.py and its detectors): each kind the README promises, with cases
 written apart from the detectors; what must stay; what values decode to (how it stays linear and fast:
 tests/test_scrub_construction.py). Real libraries throughout (detect-secrets, phonenumbers, stdnum)."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from flywheel.flows.ingest import ingest_file
 from flywheel.config import IngestConfig
-from flywheel.production_logs import parse_record
-from flywheel.scrub import Scrubber
+from flywheel.production.logs import parse_record
+from flywheel.production.scrub import Scrubber
 from flywheel.storage.lake import Lake
 from flywheel.storage.traces import TraceStore
 

@@ -1,4 +1,4 @@
-"""How the scrubber stays linear and fast without finding less (flywheel/scrub_detectors.py,
+"""How the scrubber stays linear and fast without finding less (flywheel/production/scrub_detectors.py,
 scrub_patterns.py, scrub_personal.py, scrub_skeleton.py): every pattern run over a whole text has
 bounded repeats, and each shortcut (windows around literals, the secret gate, searches from rare
 characters, the skeleton, the digit-run sorting) finds exactly what the plain scan finds, on fuzzed
@@ -10,7 +10,7 @@ import random
 import re
 from collections import Counter
 
-from flywheel import scrub_detectors, scrub_personal
+from flywheel.production import scrub_detectors, scrub_personal
 from tests.test_scrub import SECRET_CASES
 
 
@@ -123,7 +123,7 @@ def test_the_gate_searched_from_rare_characters_finds_what_the_word_trie_finds()
 def test_the_skeleton_is_the_whole_text_translated():
     """skeleton() translates only non-ASCII runs, and skips a text without a look-alike: the same as
     str.translate over the whole text, on every look-alike and on random mixes of scripts."""
-    from flywheel.scrub_skeleton import LOOK_ALIKE, SKELETON, skeleton
+    from flywheel.production.scrub_skeleton import LOOK_ALIKE, SKELETON, skeleton
 
     assert all(LOOK_ALIKE.fullmatch(chr(code)) for code in SKELETON)
     rng = random.Random(3)
@@ -138,7 +138,7 @@ def test_the_skeleton_is_the_whole_text_translated():
 def test_the_phone_words_trie_finds_what_their_list_finds():
     """PHONE_WORDS, built as a trie keeping every word ("tel" and "telefon"), finds a phone word at
     a window's end exactly where the plain alternation of the words does, in any case."""
-    from flywheel.scrub_patterns import word_trie
+    from flywheel.production.scrub_patterns import word_trie
 
     words = scrub_personal.PHONE_WORD_LIST
     plain = re.compile("(?i)(?:" + "|".join(map(re.escape, words)) + r")\W{0,12}$")

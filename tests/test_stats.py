@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from flywheel.stats import paired, seeds_paired, unpaired, wilson
+from flywheel.reports.stats import paired, seeds_paired, unpaired, wilson
 
 
 def test_wilson_matches_known_values_and_stays_in_bounds():
@@ -80,7 +80,7 @@ def test_cells_of_one_task_are_pooled_not_frozen():
 def test_the_run_line_names_the_version_it_compares_against():
     """After a cold start the run's first evaluated version is v1, not v0 (the line said v0)."""
     from flywheel.flows.flywheel import eval_line
-    from flywheel.results import EvalResult
+    from flywheel.reports.results import EvalResult
 
     group = {"group": "held-out", "n": 96, "pass@1": 0.49, "ci_low": 0.39, "ci_high": 0.59}
     change = {

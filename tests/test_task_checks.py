@@ -132,7 +132,7 @@ def test_a_run_checks_its_task_files_at_start_up(tiny_model, tmp_path):
     """The Runtime validates task files once its sandbox is up, and the run's quarantine
     file holds the rows dropped then beside those dropped at parse time."""
     from flywheel.config import FlywheelConfig
-    from flywheel.runtime import Runtime
+    from flywheel.run.runtime import Runtime
 
     path = write_jsonl(tmp_path / "rows.jsonl", [*GOOD, mbpp("t", "def t(x):\n    return x", ["assert t(1) == 1"]),
                                                  {"answer": "no prompt"}])  # fmt: skip

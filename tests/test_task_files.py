@@ -189,7 +189,7 @@ def test_eval_only_files_never_reach_training(tmp_path):
         lake.commit_cycle("r", 0, held, make_trajectories("r", 0, held, {t.task_id: [0.0, 0.0] for t in held}))
     assert lake.committed_cycles("r") == []
     from flywheel.config import FlywheelConfig
-    from flywheel.run_domains import build_domains
+    from flywheel.run.domains import build_domains
 
     cfg = FlywheelConfig(sampler={"domains": [f"file:{path}"]}, eval={"files": [path]})
     with pytest.raises(DomainError, match="eval-only"):

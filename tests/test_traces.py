@@ -12,7 +12,7 @@ import pytest
 from flywheel.environments.registry import DomainError
 from flywheel.flows.ingest import ingest_file
 from flywheel.config import FlywheelConfig, IngestConfig
-from flywheel.run_domains import build_domains
+from flywheel.run.domains import build_domains
 from flywheel.storage.lake import Lake
 from flywheel.storage.schema import TASK_SCHEMA, TRAJECTORY_SCHEMA, to_table
 from flywheel.storage.traces import TraceStore

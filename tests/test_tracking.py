@@ -1,4 +1,4 @@
-"""Experiment tracking (flywheel/tracking.py) against real MLflow stores (a local SQLite
+"""Experiment tracking (flywheel/reports/tracking.py) against real MLflow stores (a local SQLite
 store and a real `mlflow server`) and real TensorBoard event files; the whole run's
 tracking is read back in tests/test_cycle.py."""
 
@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from flywheel.config import FlywheelConfig
-from flywheel.results import CycleSummary
-from flywheel.tracking import Tracker, _Guarded, flatten
+from flywheel.reports.results import CycleSummary
+from flywheel.reports.tracking import Tracker, _Guarded, flatten
 
 from .conftest import free_port
 

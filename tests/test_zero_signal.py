@@ -1,4 +1,4 @@
-"""Zero signal said plainly (flywheel/zero_signal.py) over a real local lake: a domain whose
+"""Zero signal said plainly (flywheel/reports/zero_signal.py) over a real local lake: a domain whose
 samples all scored 0, a task file whose samples all scored 1, a domain whose groups were
 mostly flat, and one with signal (no note); the likely cause read from the failures."""
 
@@ -7,7 +7,7 @@ import dataclasses
 from typer.testing import CliRunner
 
 from flywheel.environments import get_environment
-from flywheel.zero_signal import _cycles, notes, signal_rows
+from flywheel.reports.zero_signal import _cycles, notes, signal_rows
 from flywheel.storage.lake import Lake
 from flywheel.storage.query import connect
 from tests.test_lake import make_trajectories

@@ -1,8 +1,8 @@
 """Seed 3's SFT-only -> KL arm, paired, on the held-out tasks of fresh.sh's evaluation: all
 of them, and only those the split's evaluations never saw (per domain too)."""
 
-from flywheel.eval_report import task_scores
-from flywheel.stats import paired
+from flywheel.reports.eval_report import task_scores
+from flywheel.reports.stats import paired
 from flywheel.storage import evals
 from flywheel.storage.lake import Lake
 

@@ -133,7 +133,7 @@ def publish_cycle(rt, summary) -> None:
             description=f"cycle {summary.cycle} by domain and level",
         )
         stages = "\n".join(f"| {k} | {v:.1f} |" for k, v in summary.stage_s.items())
-        from flywheel.zero_signal import notes, signal_rows
+        from flywheel.reports.zero_signal import notes, signal_rows
 
         said = "".join(f"\n**{note}**\n" for note in notes(signal_rows(con, summary.cycle)))
         create_markdown_artifact(
@@ -192,7 +192,7 @@ def eval_curve_png(points: dict[str, list[tuple[int, float, float, float]]], tit
 def publish_eval_curve(rt, by_group: dict[str, list[str]]) -> None:
     """Every evaluated version of the run, from the lake: runs/<id>/eval_curve.png and an
     image artifact."""
-    from flywheel import eval_report
+    from flywheel.reports import eval_report
     from flywheel.storage import evals
 
     con = evals.connect(rt.lake, rt.run_id)

@@ -44,7 +44,7 @@ class Reporter:
 
 class RichReporter(Reporter):
     def __init__(self, file=None) -> None:
-        """`file`: where to draw (the terminal flywheel/console.py kept aside); default stdout."""
+        """`file`: where to draw (the terminal flywheel/run/console.py kept aside); default stdout."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

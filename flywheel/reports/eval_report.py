@@ -13,7 +13,7 @@ From the lake's evaluation views (storage/evals.py):
 
 from __future__ import annotations
 
-from flywheel.stats import Paired, paired, wilson
+from flywheel.reports.stats import Paired, paired, wilson
 
 CELL_SQL = """
 SELECT domain, level, tasks, solved, mean_reward, mean_turns, tokens_per_solved, tool_call_validity

@@ -1,7 +1,7 @@
 """What a secret pattern needs before it can match, read from the parsed pattern, so the scrubber
 runs it only where it may: its bounded repeats (linear time), the literals every match holds
 (`required_literals`), windows around those literals (`Gated.matches`), and regexes that find
-any of many words at once (`any_of`, `any_of_rare` for the gate in flywheel/scrub_detectors.py,
+any of many words at once (`any_of`, `any_of_rare` for the gate in flywheel/production/scrub_detectors.py,
 `word_trie`).
 
 Not done: reading literals out of ranges or classes ("[a-z]", "\\d"): a pattern with none runs

@@ -23,8 +23,8 @@ from functools import lru_cache
 import phonenumbers
 from stdnum import iban, luhn
 
-from flywheel.scrub_patterns import word_trie
-from flywheel.scrub_skeleton import with_skeletons
+from flywheel.production.scrub_patterns import word_trie
+from flywheel.production.scrub_skeleton import with_skeletons
 
 # national formats (no + or 00) are tried in these regions, most-used first; all 245 would
 # accept nearly any digit string (a date is a valid number in DE, SE, TH and IL)

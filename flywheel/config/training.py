@@ -1,6 +1,6 @@
-"""The update's sections of the config (flywheel/config.py): the trainer (GRPO/SFT with
+"""The update's sections of the config (flywheel/config/__init__.py): the trainer (GRPO/SFT with
 DeepSpeed, policy/trainer.py) and the pipeline that overlaps it with rollouts
-(flywheel/pipeline.py). Kept apart so config.py stays readable; `flywheel.config` still
+(flywheel/run/pipeline.py). Kept apart so config.py stays readable; `flywheel.config` still
 exports both."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from flywheel.config_section import Section
+from flywheel.config.section import Section
 
 
 class LoraConfig(Section):

@@ -1,4 +1,4 @@
-"""The task sections of the config (flywheel/config.py): which tasks a cycle trains on
+"""The task sections of the config (flywheel/config/__init__.py): which tasks a cycle trains on
 (`sampler`, `curriculum`, `replay`) and which held-out ones it is judged on (`eval`). Kept
 apart so config.py stays readable; `flywheel.config` still exports them."""
 
@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from flywheel.config_section import Section
+from flywheel.config.section import Section
 
 
 class SamplerConfig(Section):

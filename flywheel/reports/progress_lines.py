@@ -1,7 +1,7 @@
 """Progress as plain lines, for an output that is not a terminal (CI, nohup, a Prefect
 worker's log, a notebook's captured stdout).
 
-rich's live bars (flywheel/progress.py's RichReporter) redraw in place on a terminal; on
+rich's live bars (flywheel/reports/progress.py's RichReporter) redraw in place on a terminal; on
 a pipe or file rich draws nothing until the display stops, so a two-hour run showed
 nothing until its end. `LineReporter` writes one time-stamped line when a stage starts,
 one every `every_s` seconds while it runs, and one when it ends with its count and
@@ -21,7 +21,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from flywheel.progress import Reporter, reporter, set_reporter
+from flywheel.reports.progress import Reporter, reporter, set_reporter
 
 
 class LineReporter(Reporter):
@@ -81,7 +81,7 @@ class LineReporter(Reporter):
 
 def display_reporter(file=None) -> Reporter:
     """Live bars on a terminal, plain lines anywhere else."""
-    from flywheel.progress import RichReporter
+    from flywheel.reports.progress import RichReporter
 
     stream = file or sys.stdout
     return RichReporter(file) if stream.isatty() else LineReporter(stream)

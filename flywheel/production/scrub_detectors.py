@@ -12,7 +12,7 @@ Linear time by construction: a pattern runs over a whole text only if all its re
 (`bounded()` reads the parsed pattern; tests check every such pattern), so an attempt costs a
 constant; a pattern with an unbounded repeat runs only on a window of at most WINDOW characters
 after an anchor, and the JWT scan jumps a whole segment once it fails there. Speed
-(flywheel/scrub_patterns.py): each pattern runs only when a literal it needs is in the text, one
+(flywheel/production/scrub_patterns.py): each pattern runs only when a literal it needs is in the text, one
 that re would try at every character only around that literal, and a text in which no path's
 literal or word occurs skips them all (`may_hold_secret`, two searches, each from its words'
 rarest characters; the Discord and Telegram patterns through stand-ins that start at '.' or ':').
@@ -37,7 +37,7 @@ from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString,
 from detect_secrets.plugins.jwt import JwtTokenDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 
-from flywheel.scrub_patterns import (  # noqa: F401 (bounded, required_literals: the tests read them here)
+from flywheel.production.scrub_patterns import (  # noqa: F401 (bounded, required_literals: the tests read them here)
     Gated,
     _find_all,
     any_of,
@@ -46,7 +46,7 @@ from flywheel.scrub_patterns import (  # noqa: F401 (bounded, required_literals:
     candidates,
     required_literals,
 )
-from flywheel.scrub_skeleton import skeleton, with_skeletons
+from flywheel.production.scrub_skeleton import skeleton, with_skeletons
 
 WINDOW = 160  # the most characters a pattern with an unbounded repeat sees after its anchor
 JWT_WINDOW = 16_384  # JWTs with many claims run to several KB

@@ -1,6 +1,6 @@
 """Production in and out: `flywheel ingest` (logs into the lake, flows/ingest.py, a report
 per file) and `flywheel deploy` (the best policy into serving vLLM servers through an
-evaluation gate, flywheel/deploy.py)."""
+evaluation gate, flywheel/production/deploy.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from flywheel.cli_common import lake_and_store, live_display, load_config, no_weights, pick_version, rich_table, run_config
+from flywheel.cli.common import lake_and_store, live_display, load_config, no_weights, pick_version, rich_table, run_config
 
 
 def ingest(
@@ -26,7 +26,7 @@ def ingest(
 ):
     """Ingest production traces: scrubbed, deduplicated, exactly once; malformed records quarantined."""
     from flywheel.flows.ingest import ingest as ingest_flow
-    from flywheel.scrub import Scrubber
+    from flywheel.production.scrub import Scrubber
 
     try:
         config = load_config(config_file, set_, **{"store.uri": store, "store.endpoint": s3_endpoint, "run_id": run_id})
@@ -70,8 +70,8 @@ def deploy(
     evaluations are not resolvably worse than the serving policy's; recorded in the lake."""
     from rich.console import Console
 
-    from flywheel.deploy import DeployRefused, deploy as deploy_policy, gate
-    from flywheel.model_prep import resolve_model
+    from flywheel.production.deploy import DeployRefused, deploy as deploy_policy, gate
+    from flywheel.run.model_prep import resolve_model
     from flywheel.storage.deployments import Deployments
 
     urls = [u.strip() for item in to for u in item.split(",") if u.strip()]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout: prefect.yaml and runs/
 POOL = "flywheel-local"
 
 

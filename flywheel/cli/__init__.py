@@ -10,10 +10,10 @@ from typing import Optional
 import typer
 
 import flywheel  # noqa: F401  (offline defaults)
-from flywheel.cli_common import checked_config, live_display, rich_table, valid_config
-from flywheel.cli_eval import register_eval_commands
-from flywheel.cli_store import store_app
-from flywheel.cli_production import register_production_commands
+from flywheel.cli.common import checked_config, live_display, rich_table, valid_config
+from flywheel.cli.eval import register_eval_commands
+from flywheel.cli.store import store_app
+from flywheel.cli.production import register_production_commands
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 app.add_typer(store_app, name="store")
@@ -56,7 +56,7 @@ def run(
                               "store.endpoint": s3_endpoint, "run_id": run_id},
     )  # fmt: skip
     from flywheel.flows.flywheel import flywheel as flywheel_flow
-    from flywheel.cli_eval import before_after
+    from flywheel.cli.eval import before_after
 
     with live_display(config, verbose) as reporter:
         reporter.print(f"[bold]flywheel[/] run [cyan]{config.run_id}[/] -> {config.run_dir} "
@@ -105,7 +105,7 @@ def server(
     worker: bool = typer.Option(True, help="Also run a worker in the foreground."),
 ):
     """From zero to the UI: start a Prefect server, create the pool, deploy, run a worker."""
-    from flywheel.server import up
+    from flywheel.cli.server import up
 
     up(port=port, worker=worker, say=typer.echo)
 
@@ -176,7 +176,7 @@ def report(
     if by == "workload":
         from rich.console import Console
 
-        from flywheel.workload_report import workload_rows
+        from flywheel.reports.workload_report import workload_rows
 
         if not run_id:
             typer.secho("--by workload needs --run-id (the run whose policy is reported)", fg="red", err=True)
@@ -189,7 +189,7 @@ def report(
     if by not in keys:
         typer.secho(f"--by takes one of {', '.join([*keys, 'workload'])}, not {by!r}", fg="red", err=True)
         raise typer.Exit(2)
-    from flywheel.zero_signal import notes, signal_rows
+    from flywheel.reports.zero_signal import notes, signal_rows
 
     con = connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id)
     _print_query(con, REPORT_SQL.format(by=keys[by]))
@@ -208,7 +208,7 @@ def domains(
     from flywheel.environments.registry import available
 
     config = valid_config(config_file, set_)
-    from flywheel.run_domains import trace_source
+    from flywheel.run.domains import trace_source
 
     infos = available(config.sampler.domains, config.eval.files, trace_source(config))
     rows = [("domain", "kind", "levels", "source", "notes")]
@@ -221,7 +221,7 @@ def domains(
 @app.command("prepare-model")
 def prepare_model(cache_dir: Optional[str] = typer.Option(None, help="Where to keep converted models.")):
     """Convert the shipped SmolLM2 GGUF into an HF dir (done automatically on first run)."""
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
 
     typer.echo(resolve_model(None, cache_dir))
 

@@ -19,7 +19,7 @@ content hash as `trace_id`) or raises `RecordError` with the reason; the ingest 
 quarantines that record and goes on. The record is scrubbed before anything else is
 read from it, so even a quarantine preview holds no secret; the scrubber decodes tool-call
 `arguments` and reads content parts on their join (what `_text` stores), so a secret escaped
-inside the JSON or split across parts is found (flywheel/scrub.py).
+inside the JSON or split across parts is found (flywheel/production/scrub.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import json
 from collections import Counter
 from datetime import datetime, timezone
 
-from flywheel.scrub import Scrubber
+from flywheel.production.scrub import Scrubber
 from flywheel.storage.schema import stable_id
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}

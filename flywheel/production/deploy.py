@@ -4,7 +4,7 @@
 1. the serving policy is the lake's last deployed one (storage/deployments.py), else the
    run's starting policy (v0: what production served before this run);
 2. the gate pairs the candidate's greedy evaluation with the serving policy's over the
-   tasks both saw (flywheel/eval_report.py), per report group (held-out, each suite) and
+   tasks both saw (flywheel/reports/eval_report.py), per report group (held-out, each suite) and
    per production workload (each `traces:` domain on its own), and refuses when any of
    them is resolvably worse (the 95% interval of the paired difference lies below 0), or
    when either policy has no evaluation to compare;
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flywheel import eval_report
+from flywheel.reports import eval_report
 from flywheel.storage import evals
 from flywheel.storage.deployments import Deployments
 

@@ -43,11 +43,11 @@ def checked_config(config_file: Optional[Path], overrides: list[str], **flags) -
 def live_display(config: FlywheelConfig | None = None, verbose: bool = False, log_name: str = "log.txt"):
     """The stages' progress bars and the summaries on the terminal; with a config, the
     libraries' output goes to <run dir>/<log_name> (unless `verbose`) and Ctrl-C or
-    SIGTERM stop the run cleanly (flywheel/console.py)."""
-    from flywheel.console import run_console
-    from flywheel.progress import reporter as current_reporter
-    from flywheel.progress import set_reporter
-    from flywheel.progress_lines import display_reporter
+    SIGTERM stop the run cleanly (flywheel/run/console.py)."""
+    from flywheel.run.console import run_console
+    from flywheel.reports.progress import reporter as current_reporter
+    from flywheel.reports.progress import set_reporter
+    from flywheel.reports.progress_lines import display_reporter
 
     with contextlib.ExitStack() as stack:
         terminal = None
@@ -68,9 +68,9 @@ def preflight(config: FlywheelConfig) -> None:
     at fault, before Prefect, vLLM and DeepSpeed start."""
     from flywheel.environments.registry import DomainError
     from flywheel.environments.reward_functions import RewardFunctionError, load
-    from flywheel.model_prep import ModelError
-    from flywheel.run_domains import build_domains
-    from flywheel.runtime import check_inputs
+    from flywheel.run.model_prep import ModelError
+    from flywheel.run.domains import build_domains
+    from flywheel.run.runtime import check_inputs
     from flywheel.policy.lora import LoraTargetError
     from flywheel.storage.lake import LakeError
 

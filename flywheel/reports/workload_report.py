@@ -17,7 +17,7 @@ from __future__ import annotations
 import pyarrow.compute as pc
 
 from flywheel.config import FlywheelConfig
-from flywheel.stats import wilson
+from flywheel.reports.stats import wilson
 from flywheel.storage.lake import Lake
 from flywheel.storage.traces import TraceStore
 
@@ -48,7 +48,7 @@ def _interval(k: int, n: int) -> str:
 
 def workload_rows(config: FlywheelConfig) -> list[dict]:
     from flywheel.environments.registry import DomainError, resolve_traces
-    from flywheel.run_domains import trace_source
+    from flywheel.run.domains import trace_source
     from flywheel.storage import evals
     from flywheel.storage.query import connect
 

@@ -72,7 +72,7 @@ def portable(config):
         "runs_dir": str(Path(config.runs_dir).absolute()),
         "store": config.store.model_copy(update={"uri": config.lake_uri}),
     }
-    from flywheel.model_prep import is_hub_name
+    from flywheel.run.model_prep import is_hub_name
 
     if config.model.path and not is_hub_name(config.model.path):  # a Hub name resolves in each node's cache
         update["model"] = config.model.model_copy(update={"path": str(Path(config.model.path).expanduser().absolute())})

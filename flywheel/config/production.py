@@ -1,6 +1,6 @@
 """The config sections of production's way in and out: ingesting traces (`ingest`), how a
 workload's traces become tasks (`workloads`), and the LLM judge (`reward.judge`). Kept apart
-from flywheel/config.py to keep that file readable; FlywheelConfig holds them."""
+from flywheel/config/__init__.py to keep that file readable; FlywheelConfig holds them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from flywheel.config_section import Section
+from flywheel.config.section import Section
 
 
 class IngestConfig(Section):

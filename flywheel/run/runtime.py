@@ -5,7 +5,7 @@ Built once per flow run from the config, so stages never branch on a backend: th
 the interfaces. Start-up checks the cheap things first (model path, lake reachable,
 domains and task files readable, sandbox works, reward functions import there) so that
 bad input stops in seconds with a message naming it, before minutes go into starting
-vLLM and DeepSpeed. The domains come from flywheel/run_domains.py (shared with the
+vLLM and DeepSpeed. The domains come from flywheel/run/domains.py (shared with the
 fan-out's shards, which build them without the rest of a runtime).
 
 The policy manifest (in the lake, storage/policies.py) records which policy version is
@@ -23,9 +23,9 @@ from flywheel.environments import reward_functions
 from flywheel.environments.sandbox import make_sandbox
 from flywheel.environments.task_file import FileTasks
 from flywheel.config import FlywheelConfig
-from flywheel.fanout import make_fanout
-from flywheel.model_prep import resolve_model
-from flywheel.run_domains import build_domains, write_quarantine
+from flywheel.run.fanout import make_fanout
+from flywheel.run.model_prep import resolve_model
+from flywheel.run.domains import build_domains, write_quarantine
 from flywheel.storage.lake import Lake
 from flywheel.storage.policies import PolicyStore
 from flywheel.tasks.context import StageContext
@@ -137,7 +137,7 @@ class Runtime:
             from flywheel.policy.engines import make_engine
 
             version, policy_dir = self.policy_version, self.policy_dir
-            from flywheel.console import start_deaf_to_ctrl_c
+            from flywheel.run.console import start_deaf_to_ctrl_c
 
             self._say(f"Starting the {self.config.engine.backend} engine on {policy_dir} ...")
             # stopped by close(), not by a Ctrl-C to the process group

@@ -1,7 +1,7 @@
 """A run's domains from its config: the sampler's and the eval suites', trace domains
 reading the run's lake, and the quarantine of task-file rows they could not use.
 
-Apart from flywheel/runtime.py because a fan-out shard (tasks/shards.py) builds the
+Apart from flywheel/run/runtime.py because a fan-out shard (tasks/shards.py) builds the
 domains on a Ray worker without the rest of a runtime (lake, engine, trainer). Rows a
 task file could not use are written to `<run dir>/quarantine/` with their file, line and
 reason.

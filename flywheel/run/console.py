@@ -4,13 +4,13 @@
 
 - **Quiet.** File descriptors 1 and 2 (this process's and those of every child started
   inside: vLLM's engine core, DeepSpeed's compiler, the sandbox workers) are pointed at
-  `log_path`; the live display (flywheel/progress.py's RichReporter) draws on the
+  `log_path`; the live display (flywheel/reports/progress.py's RichReporter) draws on the
   terminal through a copy of the original descriptor. `--verbose` leaves them alone.
 - **Stops in seconds.** SIGTERM is turned into KeyboardInterrupt, as Ctrl-C is, so the
   flow's `finally` blocks run (engine, sandbox and Ray stopped; every finished stage is
   already in the lake, so `--run-id` resumes). A second signal kills what is left at once.
 - **The engine outlives the interrupt.** vLLM's engine core is started deaf to SIGINT
-  (`start_deaf_to_ctrl_c`, in flywheel/runtime.py), so it keeps answering until the run's own
+  (`start_deaf_to_ctrl_c`, in flywheel/run/runtime.py), so it keeps answering until the run's own
   shutdown stops it, and the main thread, woken by its next output, raises.
 - **A lost interrupt is raised again.** The handler's KeyboardInterrupt is swallowed when
   it lands inside a `__del__`; the flow calls `check_stop()` between stages, which raises

@@ -38,13 +38,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from flywheel.config_section import Section
+from flywheel.config.section import Section
 
 log = logging.getLogger("flywheel")
 
 
 class TrackingConfig(Section):
-    """Experiment trackers (flywheel/tracking.py): never able to stop a cycle."""
+    """Experiment trackers (flywheel/reports/tracking.py): never able to stop a cycle."""
 
     backends: list[Literal["mlflow", "tensorboard", "wandb"]] = Field(
         ["mlflow"],

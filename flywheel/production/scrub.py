@@ -5,7 +5,7 @@ personal datum with `[REDACTED:<kind>]` and counts them per kind (the ingest rep
 counts). The ingest scrubs a record before it hashes, stores or quarantines it, so neither the
 lake, the quarantine nor a trace id ever holds the original text.
 
-What is found (flywheel/scrub_detectors.py says how): provider keys and tokens through
+What is found (flywheel/production/scrub_detectors.py says how): provider keys and tokens through
 detect-secrets' own plugins (AWS access keys and secret keys, GitHub classic and fine-grained
 tokens, Stripe, Slack, GitLab, SendGrid, Twilio, Telegram, Discord, Mailchimp, Square, Azure
 storage, PyPI, JWTs validated by decoding, private keys PEM/OpenSSH/PGP/PuTTY), OpenAI/Anthropic/
@@ -23,7 +23,7 @@ What a value decodes to is scrubbed too:
   read decoded; when the decoded form holds something, the stored text is the decoded form,
   scrubbed (mapping a redaction back through an escape is not attempted);
 - look-alike characters (Cyrillic "р", full-width "＠", Arabic-Indic digits, Unicode dashes):
-  detectors read the text's skeleton (flywheel/scrub_skeleton.py), one character for one, so the
+  detectors read the text's skeleton (flywheel/production/scrub_skeleton.py), one character for one, so the
   redactions apply to the text as written;
 - content parts: a message's text parts are scrubbed on their join (what `_text` stores), so a
   secret split across parts is found; when the join held something, the first text part holds
@@ -42,9 +42,9 @@ import json
 import re
 from collections import Counter
 
-from flywheel.scrub_detectors import find_secrets, secret_key_name
-from flywheel.scrub_personal import find_personal, is_card
-from flywheel.scrub_skeleton import skeleton
+from flywheel.production.scrub_detectors import find_secrets, secret_key_name
+from flywheel.production.scrub_personal import find_personal, is_card
+from flywheel.production.scrub_skeleton import skeleton
 
 DEFAULTS_VERSION = "detectors-v2"  # in the ingest's batch id: a new scrubber re-ingests a file
 TEXT_PART_TYPES = ("text", "input_text", "output_text")

@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from flywheel.cli_common import checked_config, lake_and_store, live_display, no_weights, pick_version, rich_table, run_config
+from flywheel.cli.common import checked_config, lake_and_store, live_display, no_weights, pick_version, rich_table, run_config
 
 
 def before_after(first, last):
@@ -78,7 +78,7 @@ def compare(
     s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
 ):
     """Paired difference of greedy pass@1 between two evaluated versions, per group."""
-    from flywheel import eval_report
+    from flywheel.reports import eval_report
     from flywheel.storage import evals
 
     cfg_a = run_config(run_id, runs_dir, store, s3_endpoint)
@@ -114,7 +114,7 @@ def export(
 ):
     """A policy version as a standalone HF dir (weights, tokenizer, chat template) with a
     model card of its evaluation; `vllm serve DIR` (or transformers) loads it."""
-    from flywheel.model_prep import resolve_model
+    from flywheel.run.model_prep import resolve_model
 
     config = run_config(run_id, runs_dir, store, s3_endpoint)
     lake, policies = lake_and_store(config)
@@ -133,7 +133,7 @@ def export(
 
 
 def model_card_text(lake, run_id: str, version: int, base: str) -> str:
-    from flywheel import eval_report
+    from flywheel.reports import eval_report
     from flywheel.storage import evals
 
     con = evals.connect(lake, run_id)

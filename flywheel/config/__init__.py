@@ -19,11 +19,11 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from flywheel.environments.sandbox.base import Limits
-from flywheel.config_production import IngestConfig, JudgeConfig, WorkloadConfig
-from flywheel.config_section import Section
-from flywheel.config_tasks import CurriculumConfig, EvalConfig, ReplayConfig, SamplerConfig
-from flywheel.config_training import PipelineConfig, TrainerConfig
-from flywheel.tracking import TrackingConfig
+from flywheel.config.production import IngestConfig, JudgeConfig, WorkloadConfig
+from flywheel.config.section import Section
+from flywheel.config.tasks import CurriculumConfig, EvalConfig, ReplayConfig, SamplerConfig
+from flywheel.config.training import PipelineConfig, TrainerConfig
+from flywheel.reports.tracking import TrackingConfig
 
 
 class ModelConfig(Section):
