@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flywheel.environments import rg, rg_worker, verifiers  # noqa: E402
+from flywheel.environments.sources import rg, rg_worker  # noqa: E402
+from flywheel.environments.verifiers import answers as verifiers  # noqa: E402
 from flywheel.environments.registry import Domains  # noqa: E402
 from flywheel.environments.sandbox import Job, make_sandbox  # noqa: E402
 from flywheel.environments.tagged import PRELUDE, new_nonce  # noqa: E402

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 def main() -> None:
     from flywheel.environments.sandbox import Limits, libraries_dir
     from flywheel.environments.sandbox.bwrap import BwrapSandbox
-    from flywheel.environments.task_file import FileTasks
+    from flywheel.environments.sources.task_file import FileTasks
     from flywheel.config import SandboxConfig
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

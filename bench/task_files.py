@@ -37,7 +37,7 @@ if mode == "baseline":
             n += 1
     kept = n
 else:
-    from flywheel.environments.task_file import FileTasks
+    from flywheel.environments.sources.task_file import FileTasks
     env = FileTasks(path)
     n, kept = env.rows + len(env.quarantined), env.rows
 dt = time.perf_counter() - t0

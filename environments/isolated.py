@@ -4,7 +4,7 @@ Why: when a solution runs in the process that writes the report line, code that 
 frames, aliases an import or patches a builtin can write its own "pass", and a returned
 object whose `__eq__` or `__sub__` is overridden makes the harness's own comparison lie.
 So the function harnesses (environments/harness.py for `code`/`data`,
-environments/python_tests.py) are two processes inside the sandbox job:
+environments/verifiers/python_tests.py) are two processes inside the sandbox job:
 
 - the trusted *parent* (`PARENT`, after tagged.PRELUDE) holds the spec and its nonce. It
   makes itself non-dumpable (prctl PR_SET_DUMPABLE 0: same-uid code can then neither

@@ -3,13 +3,13 @@
 `sampler.domains` (and the evaluation suites) name domains as:
   code, math, ...          a built-in domain (BUILTIN below), or an eval-only suite
                            (SUITES: humaneval, code_transfer);
-  file:PATH                the tasks of a file (environments/task_file.py);
+  file:PATH                the tasks of a file (environments/sources/task_file.py);
   NAME                     a domain an installed package registers in the
                            `flywheel.domains` entry-point group (NAME = module:Class);
   pkg.module:Class         any importable Environment subclass;
-  rg/NAME                  a reasoning-gym generator (environments/rg.py);
+  rg/NAME                  a reasoning-gym generator (environments/sources/rg.py);
   traces:WORKLOAD          a workload's production traces in the run's lake
-                           (environments/traces.py; needs the run's TraceSource);
+                           (environments/sources/traces.py; needs the run's TraceSource);
   a glob                   every domain it matches: rg/*, rg/algorithmic/* (by category),
                            rg/*_arithmetic, ... (`expand`).
 `sampler.weights` mixes them (`mixture`): an entry's weight is shared evenly among the
@@ -70,7 +70,7 @@ def _load_class(target: str, spec: str):
 
 def rg_aliases() -> dict[str, str]:
     """reasoning-gym's generators by `rg/NAME` and by `rg/CATEGORY/NAME` -> `rg/NAME`."""
-    from flywheel.environments import rg
+    from flywheel.environments.sources import rg
 
     out = {}
     for name, info in rg.included().items():
@@ -116,14 +116,14 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
     if spec in BUILTIN or spec in SUITES:
         return _load_class({**BUILTIN, **SUITES}[spec], spec)()
     if spec.startswith("rg/"):
-        from flywheel.environments.rg import ReasoningGym
+        from flywheel.environments.sources.rg import ReasoningGym
 
         try:
             return ReasoningGym(spec[len("rg/") :])
         except ValueError as exc:
             raise DomainError(str(exc)) from exc
     if spec.startswith("file:"):
-        from flywheel.environments.task_file import FileTasks, TaskFileError
+        from flywheel.environments.sources.task_file import FileTasks, TaskFileError
 
         try:
             return FileTasks(spec[len("file:") :], eval_only=eval_only)
@@ -140,9 +140,9 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
 
 @lru_cache(maxsize=None)
 def resolve_traces(spec: str, source) -> Environment:
-    """`traces:WORKLOAD` from a TraceSource (environments/traces.py), built once per process."""
-    from flywheel.environments.task_file import TaskFileError
-    from flywheel.environments.traces import TraceTasks
+    """`traces:WORKLOAD` from a TraceSource (environments/sources/traces.py), built once per process."""
+    from flywheel.environments.sources.task_file import TaskFileError
+    from flywheel.environments.sources.traces import TraceTasks
 
     if source is None:
         raise DomainError(f"domain {spec!r}: production traces are read from a lake: give the run (run_id) or store.uri")
@@ -173,7 +173,7 @@ class Domains:
     """The run's environments by name, built from the specs of a config."""
 
     def __init__(self, specs: list[str], eval_files: list[str] = (), traces=None):
-        """`traces`: the TraceSource (environments/traces.py) `traces:` specs read from."""
+        """`traces`: the TraceSource (environments/sources/traces.py) `traces:` specs read from."""
         eval_only = {f"file:{f}" for f in eval_files}
         self.specs = expand_all(specs)
         self.traces = traces

@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 from prefect import flow, get_run_logger
 
-from flywheel.environments.task_rows import read_rows
+from flywheel.environments.sources.task_rows import read_rows
 from flywheel.config import FlywheelConfig, IngestConfig
 from flywheel.production.logs import RecordError, parse_record
 from flywheel.reports.progress import stage

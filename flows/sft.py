@@ -54,7 +54,7 @@ def demonstrations_from_lake(lake, run_id: str, min_reward: float) -> list[Demo]
 
 def demonstrations_from_file(path: str, tokenizer) -> tuple[list[Demo], list[dict]]:
     """(prompt ids, completion ids) per good row, and the quarantined rows with reasons."""
-    from flywheel.environments.task_rows import read_rows  # bad bytes, nesting, a cut gzip: quarantined, never fatal
+    from flywheel.environments.sources.task_rows import read_rows  # bad bytes, nesting, a cut gzip: quarantined, never fatal
 
     rows = [raw if not error else {"_raw": "", "_error": f"{where}: {error}"} for where, raw, error in read_rows(path)]
     good, bad = [], []

@@ -43,8 +43,8 @@ _PUBLIC = {
     "Draft": "flywheel.environments.base",
     "GeneratedTasks": "flywheel.environments.base",
     "reply": "flywheel.environments.base",
-    "Row": "flywheel.environments.task_rows",  # one task row, as task files hold them
-    "read_rows": "flywheel.environments.task_rows",
+    "Row": "flywheel.environments.sources.task_rows",  # one task row, as task files hold them
+    "read_rows": "flywheel.environments.sources.task_rows",
     "get_environment": "flywheel.environments.registry",
 }
 __all__ = sorted(_PUBLIC)

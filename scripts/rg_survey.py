@@ -30,7 +30,7 @@ SKIP = {"composite": "a mixer of other generators; our sampler mixes domains its
 
 def helper(hashseed: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONHASHSEED": hashseed}
-    return subprocess.Popen([sys.executable, "-m", "flywheel.environments.rg_worker"], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "flywheel.environments.sources.rg_worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)  # fmt: skip
 
 
@@ -44,7 +44,7 @@ def ask(proc, **request) -> dict:
 def main(only: list[str]) -> None:
     from reasoning_gym.factory import CURRICULA, DATASETS
 
-    from flywheel.environments.rg import CATALOGUE, MAX_ANSWER_CHARS
+    from flywheel.environments.sources.rg import CATALOGUE, MAX_ANSWER_CHARS
     from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
 
@@ -112,7 +112,7 @@ def main(only: list[str]) -> None:
 
 
 def sandbox_score(box, spec, answer):
-    from flywheel.environments.rg import answer_job, read_score
+    from flywheel.environments.sources.rg import answer_job, read_score
 
     job = answer_job(spec, f"<answer>{answer}</answer>")
     return read_score(job, box.run(job), spec["name"])

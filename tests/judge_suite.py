@@ -23,7 +23,7 @@ from pathlib import Path
 
 from flywheel.environments.judge import Judge, Judgement
 from flywheel.environments.judge_guard import clean
-from flywheel.environments.verifiers import check_json_fields
+from flywheel.environments.verifiers.answers import check_json_fields
 from flywheel.config import JudgeConfig, RewardConfig
 from flywheel.tasks.score import with_functions
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from flywheel.environments.task_file import FileTasks, TaskFileError
-from flywheel.environments.task_rows import MAX_DEPTH, read_rows
+from flywheel.environments.sources.task_file import FileTasks, TaskFileError
+from flywheel.environments.sources.task_rows import MAX_DEPTH, read_rows
 from flywheel.flows.ingest import count_records, ingest_file
 from flywheel.config import IngestConfig
 from flywheel.storage.lake import Lake

@@ -121,7 +121,7 @@ def test_shell_command_audit():
 def tests_task(tmp_path_factory):
     """The same task as a task-file row of the `python_tests` kind: its hidden tests as
     assert lines, which the file domain splits into host-compared cases."""
-    from flywheel.environments.task_file import FileTasks
+    from flywheel.environments.sources.task_file import FileTasks
 
     tests = json.loads(TASK.verifier_json)["tests"]
     row = {"prompt": TASK.prompt[-1]["content"], "verifier": "python_tests", "entry_point": ENTRY,
@@ -160,7 +160,7 @@ def test_with_the_audit_off_no_hack_earns_more_than_returning_zero(box, tests_ta
     code harness and python_tests (tests/test_verdict_isolation.py holds the attacks written
     against the two-process harness itself)."""
     import flywheel.environments.domains.code as code_domain
-    import flywheel.environments.python_tests as python_tests
+    import flywheel.environments.verifiers.python_tests as python_tests
 
     monkeypatch.setattr(code_domain, "audit_python", lambda code: [])
     monkeypatch.setattr(python_tests, "audit_python", lambda code: [])

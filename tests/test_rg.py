@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from flywheel.environments import rg
+from flywheel.environments.sources import rg
 from flywheel.environments.registry import DomainError, Domains, expand, mixture
 from flywheel.tasks.curriculum import LevelStats, plan
 
@@ -87,7 +87,7 @@ def test_generators_that_give_no_answer_get_a_witness_of_ours_and_no_credit_for_
     0.25 for a tautology, which any answer can earn, counts as 0."""
     from reasoning_gym.factory import DATASETS
 
-    from flywheel.environments.rg_witness import witness
+    from flywheel.environments.sources.rg_witness import witness
     from flywheel.tasks.score import verify
 
     names = ["boxnet", "graph_color", "propositional_logic", "rubiks_cube", "rush_hour"]
@@ -122,7 +122,7 @@ def test_model_text_is_evaluated_only_in_the_sandbox(box, tmp_path):
     job = Job(["python", "-I", "-c", rg.HARNESS], stdin=json.dumps(spec))
     assert env.score(task, job, box.run(job)).reward == 0.0 and not marker.exists()
     code = (
-        "import sys\nfrom flywheel.environments.registry import get_environment\nfrom flywheel.environments.rg import answer_job\n"
+        "import sys\nfrom flywheel.environments.registry import get_environment\nfrom flywheel.environments.sources.rg import answer_job\n"
         "e = get_environment('rg/n_queens')\nt = e.make_tasks('train', 1, 3, 1)[0]\n"
         "answer_job(__import__('json').loads(t.verifier_json), '<answer>x</answer>')\n"
         "print('reasoning_gym' in sys.modules)"

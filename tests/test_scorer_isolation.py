@@ -18,9 +18,11 @@ import pytest
 import sympy
 from sympy.parsing.sympy_parser import parse_expr as sympy_parse_expr
 
-from flywheel.environments import rg, safe_parse, verifiers
+from flywheel.environments.parsing import safe_parse
+from flywheel.environments.sources import rg
+from flywheel.environments.verifiers import answers as verifiers
 from flywheel.environments.registry import Domains
-from flywheel.environments.task_file import FileTasks
+from flywheel.environments.sources.task_file import FileTasks
 from flywheel.tasks.score import verify
 
 # what every form runs if it is executed: the harness's report(), found through __main__,

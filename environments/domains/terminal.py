@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 
 from flywheel.environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
-from flywheel.environments.base import Draft, GeneratedTasks
 from flywheel.environments.audit import audit_commands
+from flywheel.environments.base import Draft, GeneratedTasks
 from flywheel.environments.sandbox import Limits
 from flywheel.storage.schema import TaskSpec
 

@@ -40,7 +40,7 @@ class WorkloadConfig(Section):
     @field_validator("verifier")
     @classmethod
     def _known(cls, value):
-        from flywheel.environments.task_rows import KNOWN
+        from flywheel.environments.sources.task_rows import KNOWN
 
         if value not in KNOWN:
             raise ValueError(f"unknown verifier {value!r}; known: {', '.join(KNOWN)}")

@@ -27,7 +27,7 @@ def domain_specs(config: FlywheelConfig) -> list[str]:
 def trace_source(config: FlywheelConfig):
     """Where `traces:` domains read: the run's lake (or store.uri), and the workloads'
     verifiers; None when the config names no lake (no run id, no store.uri)."""
-    from flywheel.environments.traces import TraceSource
+    from flywheel.environments.sources.traces import TraceSource
 
     if not (config.run_id or config.store.uri):
         return None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from flywheel.environments import reward_functions
 from flywheel.environments.sandbox import make_sandbox
-from flywheel.environments.task_file import FileTasks
+from flywheel.environments.sources.task_file import FileTasks
 from flywheel.config import FlywheelConfig
 from flywheel.run.fanout import make_fanout
 from flywheel.run.model_prep import resolve_model

@@ -23,7 +23,7 @@ The shapes users arrive with are read as such: TRL (`prompt` plus columns), veRL
 `canonical_solution`) and MBPP (`text`, `test_list`, `code`).
 
 A row that cannot be used is quarantined with its file, line and reason, and the rest
-go on. Nothing here runs the tests: they are parsed (environments/python_tests.py).
+go on. Nothing here runs the tests: they are parsed (environments/verifiers/python_tests.py).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flywheel.environments.python_tests import TestsError, split_tests
-from flywheel.environments.task_checks import never_calls
-from flywheel.environments.verifiers import KINDS, parse_number
+from flywheel.environments.sources.task_checks import never_calls
+from flywheel.environments.verifiers.answers import KINDS, parse_number
+from flywheel.environments.verifiers.python_tests import TestsError, split_tests
 from flywheel.storage.schema import stable_id
 
 MAX_PROMPT_CHARS = 100_000
@@ -171,7 +171,7 @@ def normalise(raw: dict, eval_only: bool = False) -> Row:
             isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str) for t in tests):  # fmt: skip
             raise RowError("verifier python_io needs tests: a list of {input: text, output: text}")
     if verifier == "python_tests":
-        why = never_calls(tests)  # tests that cannot fail a candidate (environments/task_checks.py)
+        why = never_calls(tests)  # tests that cannot fail a candidate (environments/sources/task_checks.py)
         if why:
             raise RowError(why)
     level = raw.get("level", 1)

@@ -1,4 +1,4 @@
-"""Verifier kinds of task files (environments/task_file.py), one function each.
+"""Verifier kinds of task files (environments/sources/task_file.py), one function each.
 
 On the host, for checks that never execute or evaluate model text (`check_*`):
   exact        the answer, normalised (case, spaces, quotes, a final period), equals one
@@ -15,7 +15,7 @@ On the host, for checks that never execute or evaluate model text (`check_*`):
                a pattern that backtracks badly on some answer stalls the score stage
                (answers are cut to 10,000 characters first).
 In the sandbox, for what runs or parses model text (`*_job` + `score_*`):
-  math         math-verify's parse and verify, inside environments/safe_parse.guarded():
+  math         math-verify's parse and verify, inside environments/parsing/safe_parse.guarded():
                its LaTeX path (latex2sympy2's ANTLR parser) builds sympy objects without
                running text, and the plain-expression path's `parse_expr` (which in sympy
                evals) is replaced by one that interprets a whitelist of mathematics and
@@ -23,7 +23,7 @@ In the sandbox, for what runs or parses model text (`*_job` + `score_*`):
                A completion with code-like text (dunders, imports, eval/exec/sympify
                calls, read after NFKC folding as Python reads identifiers) is also
                refused unread as a suspected hack: a second signal, not the wall;
-  python_tests the row's tests (see environments/python_tests.py);
+  python_tests the row's tests (see environments/verifiers/python_tests.py);
   python_io    the program runs once per case on its stdin; stdout is compared on the host.
 
 The answer of the host kinds and of `math`'s refusal check is read from the completion
@@ -40,14 +40,14 @@ import unicodedata
 from fractions import Fraction
 from pathlib import Path
 
-from flywheel.environments import safe_parse
 from flywheel.environments.audit import audit_python
 from flywheel.environments.base import Score
 from flywheel.environments.domains.code import extract_code
 from flywheel.environments.domains.extraction import check_field, find_last_object
-from flywheel.environments.python_tests import cases_score
+from flywheel.environments.parsing import safe_parse
 from flywheel.environments.sandbox import ExecResult, Job
 from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
+from flywheel.environments.verifiers.python_tests import cases_score
 
 HOST_KINDS = ("exact", "numeric", "json_fields", "regex")
 SANDBOX_KINDS = ("math", "python_tests", "python_io")
@@ -67,7 +67,7 @@ MAX_EXPONENT = 400  # beyond any float's; bounds the work before Fraction builds
 def code_like(text: str) -> bool:
     """Whether `text` looks like code, read as Python reads identifiers (NFKC: fullwidth
     and mathematical letters fold to ASCII). A second signal in front of parsers that do
-    not execute anyway (environments/safe_parse.py), never the wall."""
+    not execute anyway (environments/parsing/safe_parse.py), never the wall."""
     return bool(CODE_LIKE.search(unicodedata.normalize("NFKC", text)))
 
 

@@ -7,16 +7,16 @@ Names: `rg/<name>`; `rg/<category>/*` and `rg/*` select many (environments/regis
 
 - Tasks: levels 1-3 are the generator's curriculum at global levels 0-2 (a generator
   without a curriculum has level 1, its default config). Generation happens in the
-  helper process of environments/rg_worker.py (fixed PYTHONHASHSEED, a time limit per
+  helper process of environments/sources/rg_worker.py (fixed PYTHONHASHSEED, a time limit per
   item), so a task is the same on every machine and in every process. The split follows
   the task's content, as for our own generators.
 - Answers are asked for in `<answer>` tags; the reference for SFT is the generator's own
   answer, checked to score 1.0 before the task is handed out. Five generators give none
   (their scorers check a solution's validity): a witness of ours takes its place
-  (environments/rg_witness.py), checked the same way.
+  (environments/sources/rg_witness.py), checked the same way.
 - Verification runs in the sandbox, every time, and there the scorers that `eval()` or
   `sympy.parse_expr` the answer (`EVALUATES`) get parsers that never execute text
-  (environments/safe_parse.py; environments/rg_worker.py binds them), so the answer
+  (environments/parsing/safe_parse.py; environments/sources/rg_worker.py binds them), so the answer
   cannot rewrite the score it is given. The sandbox needs reasoning_gym among
   `sandbox.libraries` (scripts/setup.sh). Answers to `EVALUATES` that look like code
   (after NFKC folding) are also refused unrun, as math answers are: a second signal.
@@ -45,14 +45,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from flywheel.environments.base import SandboxEnvironment, Score, check_split, reply, split_of
-from flywheel.environments.rg_worker import HARNESS
 from flywheel.environments.sandbox import Job
+from flywheel.environments.sources.rg_worker import HARNESS
 from flywheel.environments.tagged import new_nonce
-from flywheel.environments.verifiers import code_like, tagged_report
+from flywheel.environments.verifiers.answers import code_like, tagged_report
 from flywheel.storage.schema import TaskSpec, stable_id
 
 log = logging.getLogger(__name__)
-CATALOGUE = Path(__file__).with_name("rg_catalogue.json")
+CATALOGUE = Path(__file__).parent.parent / "rg_catalogue.json"  # package data, at the package's root
 VERSION = "1"
 MIN_CREDIT = 0.1
 ALL_OR_NOTHING = frozenset({"propositional_logic"})
@@ -60,7 +60,7 @@ MAX_ANSWER_CHARS = 4000
 REQUEST_TIMEOUT_S = 120
 INSTRUCTION = "\n\nThink it through briefly, then give only the final answer inside <answer></answer> tags."
 ANSWER = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
-# Scorers that eval() or sympy-parse the answer (reasoning-gym 0.1.25; environments/safe_parse.py
+# Scorers that eval() or sympy-parse the answer (reasoning-gym 0.1.25; environments/parsing/safe_parse.py
 # lists their modules): code-like answers to these are refused before they reach the sandbox.
 EVALUATES = frozenset({"string_insertion", "spiral_matrix", "binary_matrix", "n_queens", "simple_integration",
                        "intermediate_integration", "polynomial_multiplication", "puzzle24", "countdown"})  # fmt: skip
@@ -92,7 +92,7 @@ class Helper:
             if self.proc is None or self.proc.poll() is not None:
                 env = {**os.environ, "PYTHONHASHSEED": "0"}
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "flywheel.environments.rg_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    [sys.executable, "-m", "flywheel.environments.sources.rg_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL, env=env, text=True,
                 )  # fmt: skip
             self.proc.stdin.write(json.dumps(payload) + "\n")

@@ -5,7 +5,7 @@ them out of the flow's process:
 
 - a few change with PYTHONHASHSEED (they iterate sets), so the same (name, config, seed,
   index) would give another task in another process; this helper always runs with
-  PYTHONHASHSEED=0 (environments/rg.py starts it so), and every machine agrees;
+  PYTHONHASHSEED=0 (environments/sources/rg.py starts it so), and every machine agrees;
 - some are slow or fail at some levels: each item gets `ITEM_TIMEOUT_S` (SIGALRM, this
   process's main thread), and a generator that times out is reported, not waited for.
 
@@ -13,7 +13,7 @@ Protocol: one JSON request per stdin line, one JSON reply per stdout line (libra
 go to stderr). `{"op": "generate", ...}` -> `{"items": [...], "dropped": n}` or `{"error"}`.
 
 Each item is checked before it is handed out: its own answer (or, for the generators that
-give none, our witness: environments/rg_witness.py) must score 1.0 through
+give none, our witness: environments/sources/rg_witness.py) must score 1.0 through
 exactly the path a model's answer takes in the sandbox (`SCORER` below, on the JSON
 round trip of the item). Where the round trip loses what the scorer needs (arc_agi,
 rearc), the item is marked `regenerate` and the sandbox rebuilds it from (name, config,
@@ -22,7 +22,7 @@ index) instead; an item whose answer scores below 1.0 either way is dropped (cou
 `SCORER` is the one definition of scoring: the sandbox harness runs it, and so does the
 check here. It scores the model's answer with the generator's own `score_answer`. Some of
 those `eval()` or `sympy.parse_expr` the answer; they run inside
-`environments/safe_parse.guarded()`, which puts a literal reader and a parser that never
+`environments/parsing/safe_parse.guarded()`, which puts a literal reader and a parser that never
 executes text in the place of both, so an answer cannot run code in the process that
 writes the report. Every item's own answer takes that path here before it is handed out,
 so the guarded parsers are checked against every generator's honest answers. One
@@ -42,14 +42,14 @@ import sys
 import time
 from pathlib import Path
 
-from flywheel.environments import safe_parse
-from flywheel.environments.rg_witness import witness
+from flywheel.environments.parsing import safe_parse
+from flywheel.environments.sources.rg_witness import witness
 from flywheel.environments.tagged import PRELUDE
 
 ITEM_TIMEOUT_S = 10
 
 # Run in the sandbox (python -I, reasoning_gym from sandbox.libraries) and by check() here,
-# after environments/safe_parse.py's text (the sandbox cannot import our package).
+# after environments/parsing/safe_parse.py's text (the sandbox cannot import our package).
 SAFE_PARSE = Path(safe_parse.__file__).read_text(encoding="utf-8")
 SCORER = r"""
 def rg_field(value, kind):
@@ -187,7 +187,7 @@ def generate(name: str, level: int, seed: int, start: int, count: int) -> dict:
                 answer = witness(name, entry)
                 if answer is None:
                     return {"error": "no reference answer (its scorer checks a solution's validity) and no "
-                                     "witness of ours (environments/rg_witness.py)"}  # fmt: skip
+                                     "witness of ours (environments/sources/rg_witness.py)"}  # fmt: skip
             answer = str(answer)
             kept = jsonable(entry)
             spec = {"name": name, "config": config, "index": index, "answer": answer}

@@ -6,7 +6,7 @@ solution is valid, and many are. Without an answer there would be no SFT referen
 way to check, before a task is handed out, that its scorer gives 1.0 to a right answer.
 A *witness* is one valid solution: three generators keep one in the item's metadata; for
 the other two (rush_hour, boxnet) it is found here by search. The helper
-(environments/rg_worker.py) runs the witness through the scorer like any other answer,
+(environments/sources/rg_worker.py) runs the witness through the scorer like any other answer,
 so an item whose witness does not score 1.0 is dropped, never trusted.
 
 This runs in the helper process on the generator's own items: trusted input, never model

@@ -20,14 +20,14 @@ sympy's own compiling helpers); the fix is that nothing there executes text at a
   outside a Symbol/number constructor, keyword other than `evaluate`, or any other name
   is refused with a ValueError naming it, which the scorers count as a wrong answer.
   The result is the same sympy object `parse_expr` gives for honest answers (the
-  helper checks every generator's own answer through this path: environments/rg_worker.py).
+  helper checks every generator's own answer through this path: environments/sources/rg_worker.py).
 - `guarded()`: a context manager that binds these in the scorer modules, in sympy (so a
   `sympify(str)` anywhere in the scoring goes through the same interpreter) and in
   math-verify / latex2sympy2 for the duration of one scoring (tests/test_scorer_isolation.py
   scans reasoning-gym for any other module that evaluates text).
 
-This file is also *source text*: the sandbox harnesses (environments/rg_worker.py,
-environments/verifiers.py) embed it, since the sandbox runs `python -I` with only its
+This file is also *source text*: the sandbox harnesses (environments/sources/rg_worker.py,
+environments/verifiers/answers.py) embed it, since the sandbox runs `python -I` with only its
 libraries. So it imports nothing outside the standard library at the top, and sympy only
 inside the functions. It does not bound the cost of what it builds beyond big powers and
 factorials (`_checked_power`, `_checked_factorial`): the sandbox's time limit does.

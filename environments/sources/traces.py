@@ -1,6 +1,6 @@
 """`traces:WORKLOAD`: a workload's production traces (storage/traces.py) as a domain.
 
-Each trace becomes a task-file row (environments/task_rows.py) and is then checked,
+Each trace becomes a task-file row (environments/sources/task_rows.py) and is then checked,
 split, sampled and verified exactly like a row of a task file (this class is a
 `FileTasks` whose rows come from the lake):
 
@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from flywheel.environments.task_file import FileTasks, TaskFileError
-from flywheel.environments.verifiers import HOST_KINDS
+from flywheel.environments.sources.task_file import FileTasks, TaskFileError
+from flywheel.environments.verifiers.answers import HOST_KINDS
 from flywheel.storage.schema import TaskSpec
 
 ANSWER_KINDS = ("exact", "numeric", "math", "json_fields", "regex")

@@ -13,7 +13,7 @@ words in the tests):
   argument, returns True, raises; for programs: prints nothing, echoes its input). A row
   the reference fails is quarantined "reference fails: ...", one a stub passes "tests
   nothing: a stub passes (...)". Scoring goes through the row's own verifier
-  (environments/python_tests.py, environments/verifiers.py), as a completion's would.
+  (environments/verifiers/python_tests.py, environments/verifiers/answers.py), as a completion's would.
 
 Verdicts are cached in memory per process by the row's content (verifier, tests, prefix,
 reference), so a file re-read in the same process is not run again; nothing is written to

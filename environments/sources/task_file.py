@@ -1,6 +1,6 @@
 """`file:PATH`: the tasks of a user's file (JSONL, Parquet or a `datasets` dir) as a domain.
 
-The rows (schema and shapes: environments/task_rows.py) are read and checked once per
+The rows (schema and shapes: environments/sources/task_rows.py) are read and checked once per
 process; a bad row is set aside in `quarantined` (file, line, reason), and a file with
 no usable row stops at start-up naming it. Splits: a row's `split` wins, else the split
 follows the row's content hash as for generated tasks; a file named in `eval.files` is
@@ -9,11 +9,11 @@ the rows' `level`s. `make_tasks(split, level, seed, count)` draws without replac
 in an order fixed by the seed, so each cycle's seed gives its own subset.
 
 Rows whose tests cannot fail a candidate are quarantined too: at parse time when the
-tests never touch the function (environments/task_checks.py `never_calls`), and by
+tests never touch the function (environments/sources/task_checks.py `never_calls`), and by
 `validate(sandbox)`, which the run calls once its sandbox is up (flywheel/run/runtime.py),
 when the row's reference fails its own tests or a stub passes them.
 
-Verification is per row (environments/verifiers.py): the host kinds are checked
+Verification is per row (environments/verifiers/answers.py): the host kinds are checked
 without the sandbox (`job` returns their Score), the others run there. Rows without a
 verifier (`none`) are scored by `reward.functions` alone (`Score.graded` is False).
 """
@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flywheel.environments import verifiers as v
 from flywheel.environments.base import SandboxEnvironment, Score, check_split, reply, split_of
-from flywheel.environments.python_tests import score_tests, tests_job
-from flywheel.environments.task_checks import check_rows
-from flywheel.environments.task_rows import Row, RowError, normalise, read_rows
+from flywheel.environments.sources.task_checks import check_rows
+from flywheel.environments.sources.task_rows import Row, RowError, normalise, read_rows
+from flywheel.environments.verifiers import answers as v
+from flywheel.environments.verifiers.python_tests import score_tests, tests_job
 from flywheel.storage.schema import TaskSpec, stable_id
 
 VERSION = "1"
@@ -91,7 +91,7 @@ class FileTasks(SandboxEnvironment):
 
     def validate(self, sandbox) -> int:
         """Run the rows' tests against their reference and the stubs in `sandbox`
-        (environments/task_checks.py) and quarantine the rows that fail; how many rows
+        (environments/sources/task_checks.py) and quarantine the rows that fail; how many rows
         were run (verdicts are cached per process). TaskFileError when none is left.
         Only a user's `file:` domain: a published suite built on this class (`humaneval`)
         is run as published, HumanEval/160 included, and `traces:` rows are left alone."""

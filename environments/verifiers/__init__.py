@@ -1,0 +1,1 @@
+"""The verifier kinds of task-file rows (environments/sources/task_file.py)."""
