@@ -30,16 +30,16 @@ import flywheel  # noqa: F401  (offline defaults)
 
 
 def before(rev: str):
-    """`play_episodes` of tasks/generate.py at `rev`, running policy/multiturn.py at `rev`."""
+    """`play_episodes` of tasks/generate.py at `rev`, running tasks/multiturn.py at `rev`."""
     import subprocess
     import types
 
     modules = {}
-    for path, name in (("policy/multiturn.py", "multiturn_before"), ("tasks/generate.py", "generate_before")):
+    for path, name in (("tasks/multiturn.py", "multiturn_before"), ("tasks/generate.py", "generate_before")):
         src = subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True, cwd=Path(__file__).parent)
         if name == "generate_before":  # the old stage calls the old runner
             src = src.replace(
-                "from flywheel.policy.multiturn import run_episodes", "from multiturn_before import run_episodes"
+                "from flywheel.tasks.multiturn import run_episodes", "from multiturn_before import run_episodes"
             )
         module = types.ModuleType(name)
         sys.modules[name] = module  # dataclasses look their module up

@@ -1,7 +1,7 @@
 """What a multi-turn domain adds to `Environment`, and the process rewards they share.
 
 A multi-turn domain works in a sandbox `Workspace` that the episode runner
-(policy/multiturn.py) holds for the whole trajectory: `setup_files(task)` seeds it,
+(tasks/multiturn.py) holds for the whole trajectory: `setup_files(task)` seeds it,
 `system_prompt`/`task.prompt` open the chat, `test_command(task)` is what the
 `run_tests` tool runs, and after the episode `final_score(task, ws, steps)` inspects the
 workspace and returns the `Score`.
@@ -20,7 +20,7 @@ perfect, clean episode scores exactly 1.0 and the process terms only shape the r
 hack scores 0, with what it would have earned as a negative `penalty`.
 
 The kind is "episode" (environments/base.py): these domains have no single-turn check
-or job; generate plays them with flywheel.policy.multiturn.run_episodes, which scores each one.
+or job; generate plays them with flywheel.tasks.multiturn.run_episodes, which scores each one.
 `reference(task)` gives the tool calls of a passing episode as assistant messages, one
 call per turn; `tool_call_text` renders such a message in the format the model is asked
 to write.

@@ -56,7 +56,7 @@ def test_references_pass_their_own_verifier(domain):
     built-in domain keeps one for every task."""
     from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
-    from flywheel.policy.multiturn import play_reference
+    from flywheel.tasks.multiturn import play_reference
     from flywheel.tasks.score import verify
     from tests.multiturn_fixtures import CharChatTokenizer
 

@@ -31,7 +31,7 @@ def test_portable_config_names_the_lake_and_absolute_paths(tmp_path, monkeypatch
 
 def test_local_backend_imports_no_ray():
     code = (
-        "import sys; import flywheel.flows.flywheel, flywheel.flows.evaluate, flywheel.tasks.shards\n"
+        "import sys; import flywheel.flows.flywheel, flywheel.flows.evaluate, flywheel.run.shards\n"
         "from flywheel.run.fanout import make_fanout\n"
         "from flywheel.config import FlywheelConfig\n"
         "class Rt: config = FlywheelConfig()\n"

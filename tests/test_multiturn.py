@@ -12,7 +12,7 @@ from flywheel.environments import get_environment
 from flywheel.environments.tool_formats import BY_NAME
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines.base import SamplingSpec
-from flywheel.policy.multiturn import no_call, run_episodes
+from flywheel.tasks.multiturn import no_call, run_episodes
 from tests.multiturn_fixtures import (  # noqa: F401
     END,
     CharChatTokenizer,

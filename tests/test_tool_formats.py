@@ -129,7 +129,7 @@ def box():
 def test_a_whole_episode_in_each_family_format(family, tiny_model, box):
     from transformers import AutoTokenizer
 
-    from flywheel.policy.multiturn import play_reference
+    from flywheel.tasks.multiturn import play_reference
 
     tok = {"hermes": lambda: AutoTokenizer.from_pretrained(tiny_model), "mistral": mistral_tokenizer,
            "qwen2_5": lambda: smol_with_template(tiny_model, "qwen2_5"),

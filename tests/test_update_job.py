@@ -21,10 +21,10 @@ def run_job(nproc: int, lake: str, model: str, out: str, config: str, *extra: st
     args = ["--lake", lake, "--run-id", "r", "--cycle", "0", "--model", model, "--out", out, "--config", config,
             *extra]  # fmt: skip
     if nproc == 1:
-        cmd = [sys.executable, "-m", "flywheel.policy.update_job", *args]
+        cmd = [sys.executable, "-m", "flywheel.run.update_job", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_port", str(free_port()), "-m", "flywheel.policy.update_job", *args]  # fmt: skip
+               "--master_port", str(free_port()), "-m", "flywheel.run.update_job", *args]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]

@@ -39,7 +39,7 @@ def test_continuous_turns_on_vllm(engine, tiny_model):
     from flywheel.environments import get_environment
     from flywheel.environments.sandbox import make_sandbox
     from flywheel.config import SandboxConfig
-    from flywheel.policy.multiturn import run_episodes
+    from flywheel.tasks.multiturn import run_episodes
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     jobs = [
@@ -63,7 +63,7 @@ def test_continuous_turns_on_vllm(engine, tiny_model):
         def fail(*_):
             raise RuntimeError("a tool crashed")
 
-        import flywheel.policy.multiturn as mt
+        import flywheel.tasks.multiturn as mt
 
         real, mt._act = mt._act, fail
         try:

@@ -208,7 +208,7 @@ def domains(
     from flywheel.environments.registry import available
 
     config = valid_config(config_file, set_)
-    from flywheel.run.domains import trace_source
+    from flywheel.config.production import trace_source
 
     infos = available(config.sampler.domains, config.eval.files, trace_source(config))
     rows = [("domain", "kind", "levels", "source", "notes")]

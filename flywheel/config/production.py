@@ -4,11 +4,15 @@ from flywheel/config/__init__.py to keep that file readable; FlywheelConfig hold
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from flywheel.config.section import Section
+
+if TYPE_CHECKING:
+    from flywheel.config import FlywheelConfig
 
 
 class IngestConfig(Section):
@@ -78,3 +82,15 @@ class JudgeConfig(Section):
         if self.rubric and self.backend == "openai" and not self.base_url:
             raise ValueError("reward.judge: the openai backend needs base_url (or backend: engine)")
         return self
+
+
+def trace_source(config: FlywheelConfig):
+    """Where `traces:` domains read: the run's lake (or store.uri), and the workloads'
+    verifiers; None when the config names no lake (no run id, no store.uri). Derived from
+    the config alone, so the run's domains and the workload report read the same."""
+    from flywheel.environments.sources.traces import TraceSource
+
+    if not (config.run_id or config.store.uri):
+        return None
+    workloads = json.dumps({k: v.model_dump() for k, v in config.workloads.items()}, sort_keys=True)
+    return TraceSource(config.lake_uri, config.store.endpoint, config.store.region, workloads)

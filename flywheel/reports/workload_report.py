@@ -48,7 +48,7 @@ def _interval(k: int, n: int) -> str:
 
 def workload_rows(config: FlywheelConfig) -> list[dict]:
     from flywheel.environments.registry import DomainError, resolve_traces
-    from flywheel.run.domains import trace_source
+    from flywheel.config.production import trace_source
     from flywheel.storage import evals
     from flywheel.storage.query import connect
 

@@ -1,7 +1,7 @@
 """A run's domains from its config: the sampler's and the eval suites', trace domains
 reading the run's lake, and the quarantine of task-file rows they could not use.
 
-Apart from flywheel/run/runtime.py because a fan-out shard (tasks/shards.py) builds the
+Apart from flywheel/run/runtime.py because a fan-out shard (flywheel/run/shards.py) builds the
 domains on a Ray worker without the rest of a runtime (lake, engine, trainer). Rows a
 task file could not use are written to `<run dir>/quarantine/` with their file, line and
 reason.
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flywheel.environments.registry import DomainError, Domains, expand_all, mixture
 from flywheel.config import FlywheelConfig
+from flywheel.config.production import trace_source
 
 log = logging.getLogger("flywheel")
 
@@ -22,17 +23,6 @@ log = logging.getLogger("flywheel")
 def domain_specs(config: FlywheelConfig) -> list[str]:
     """Every domain the run touches: the sampler's and the eval suites'."""
     return list(dict.fromkeys([*config.sampler.domains, *(f"file:{f}" for f in config.eval.files)]))
-
-
-def trace_source(config: FlywheelConfig):
-    """Where `traces:` domains read: the run's lake (or store.uri), and the workloads'
-    verifiers; None when the config names no lake (no run id, no store.uri)."""
-    from flywheel.environments.sources.traces import TraceSource
-
-    if not (config.run_id or config.store.uri):
-        return None
-    workloads = json.dumps({k: v.model_dump() for k, v in config.workloads.items()}, sort_keys=True)
-    return TraceSource(config.lake_uri, config.store.endpoint, config.store.region, workloads)
 
 
 def build_domains(config: FlywheelConfig) -> Domains:

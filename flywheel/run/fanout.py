@@ -6,7 +6,7 @@ A stage calls `rt.fanout.map(body, items, ctx)` and gets `body`'s records for al
 - `local` (the default) calls `body(rt, ctx, items)` with the driver's Runtime as the
   parts (tasks/context.py). Ray is not imported.
 - `ray` cuts `items` into `fanout.shards` contiguous shards and submits each as a Prefect
-  task (tasks/shards.py) to prefect-ray's `RayTaskRunner`, so every shard is a task run
+  task (flywheel/run/shards.py) to prefect-ray's `RayTaskRunner`, so every shard is a task run
   in the Prefect UI under the stage, and Ray places it. The shard rebuilds the parts the
   body needs from the config on its worker and runs the same body; the results are
   joined in shard order, so the stage returns what the local path returns (the same
@@ -135,7 +135,7 @@ class RayFanout:
     def map(self, body: Callable, items: list, ctx, *, engine: bool = False) -> list:
         from prefect_ray.context import remote_options
 
-        from flywheel.tasks.shards import ShardParts, run_shard
+        from flywheel.run.shards import ShardParts, run_shard
 
         shards = split(items, self.cfg.shards)
         if not shards:

@@ -6,7 +6,7 @@ cycle's committed trajectories from the lake, takes its share, and rank 0 export
 new weights (and, with --checkpoint-dir, the DeepSpeed checkpoint that the next
 update resumes from):
 
-    torchrun --nproc_per_node 2 -m flywheel.policy.update_job --lake runs/R/lake --run-id R \\
+    torchrun --nproc_per_node 2 -m flywheel.run.update_job --lake runs/R/lake --run-id R \\
         --cycle 0 --model MODEL_DIR --out runs/R/policy/v1 [--checkpoint-dir D --tag v1] \
         [--kl-reference SFT_OR_BASE_DIR]
 """
