@@ -17,13 +17,15 @@ to raw file descriptors or files, signals and exit hooks, and classes that redef
 equality, and catching the exceptions the harness uses to stop it. A legitimate pure
 function needs none of them; tests check that every
 reference solution passes the audit. Not done: deciding intent; the audit of shell
-commands for multi-turn domains is `audit_commands`.
+commands for multi-turn domains is `audit_commands`, and of answer text that the math
+kind and reasoning-gym's evaluating scorers parse, `code_like`.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import unicodedata
 
 # Modules a pure function has no business importing.
 FORBIDDEN_MODULES = {
@@ -136,3 +138,16 @@ def audit_commands(commands: list[str]) -> list[str]:
     for command in commands:
         found += [why for pattern, why in SUSPICIOUS_COMMANDS if pattern.search(command)]
     return sorted(set(found))
+
+
+CODE_LIKE = re.compile(
+    r"__|\bimport\s+\w|\b(?:exec|eval|getattr|setattr|delattr|globals|locals|vars|open|compile|breakpoint"
+    r"|input|sympify|lambdify|parse_expr|parse_latex)\s*\("
+)
+
+
+def code_like(text: str) -> bool:
+    """Whether `text` looks like code, read as Python reads identifiers (NFKC: fullwidth
+    and mathematical letters fold to ASCII). A second signal in front of parsers that do
+    not execute anyway (environments/parsing/safe_parse.py), never the wall."""
+    return bool(CODE_LIKE.search(unicodedata.normalize("NFKC", text)))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from flywheel.environments import Score, get_environment
-from flywheel.environments.domains.code import extract_code
+from flywheel.environments.parsing.code import extract_code
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.sandbox.bwrap import BwrapSandbox
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from flywheel.environments import Score, get_environment
-from flywheel.environments.domains.extraction import find_last_object
+from flywheel.environments.parsing.json_object import find_last_object
 
 env = get_environment("extraction")
 

@@ -101,7 +101,7 @@ def test_reference_style_solutions_are_not_flagged():
     """Plain solutions, as a model would write them for every family, pass the audit."""
     import inspect
 
-    from flywheel.environments.domains import code
+    from flywheel.environments.parsing import code
 
     for level in FAMILIES:
         for family in FAMILIES[level]:

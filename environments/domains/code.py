@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import random
-import re
 
 from flywheel.environments.audit import audit_python
 from flywheel.environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
 from flywheel.environments.harness import harness_job, read_report
+from flywheel.environments.parsing.code import extract_code
 from flywheel.environments.sandbox import ExecResult
 
 VERBS = ["compute", "get", "make", "find", "calc", "build", "derive", "produce"]
@@ -153,22 +153,6 @@ FAMILIES = {
     3: [run_length, kth_distinct, fizz_words],
 }
 N_EXAMPLES, N_HIDDEN = 3, 8
-
-CODE_BLOCK = re.compile(r"```(?:python|py)?[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
-
-
-def extract_code(completion: str, entry: str) -> str | None:
-    """The last fenced block that defines `entry`, else any fenced block, else bare code
-    from `def entry` on. None when the completion holds no code."""
-    blocks = CODE_BLOCK.findall(completion)
-    for block in reversed(blocks):
-        if f"def {entry}" in block:
-            return block
-    if blocks and blocks[-1].strip():
-        return blocks[-1]
-    idx = completion.find(f"def {entry}")
-    return completion[idx:] if idx >= 0 else None
-
 
 class CodeSynthesis(GeneratedTasks, SandboxEnvironment):
     name = "code"

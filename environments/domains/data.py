@@ -15,7 +15,7 @@ one example input and its exact output; the hidden tests are other inputs of the
 shape. Output formats are pinned in words (json.dumps defaults, `\\n` line ends, no
 quoting) because the comparison is exact.
 
-Verification reuses the code domain's code extraction and the shared harness
+Verification reuses the code extraction (environments/parsing/code.py) and the shared harness
 (environments/harness.py: only the hidden inputs go into the sandbox, outputs are compared
 on the host; `flywheel.environments.audit` zeroes tampering as `suspected_hack`) in its `text`
 mode: the function takes one string and must return a `str` (exactly, so a str subclass
@@ -35,8 +35,8 @@ import re
 
 from flywheel.environments.audit import audit_python
 from flywheel.environments.base import Draft, GeneratedTasks, SandboxEnvironment, Score, reply
-from flywheel.environments.domains.code import CODE_BLOCK, extract_code
 from flywheel.environments.harness import harness_job, read_report
+from flywheel.environments.parsing.code import CODE_BLOCK, extract_code
 from flywheel.environments.sandbox import ExecResult
 
 FORMAT_PENALTY = -0.1

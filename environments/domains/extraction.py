@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 
 from flywheel.environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
+from flywheel.environments.parsing.json_object import check_field, find_last_object
 
 STRING_AS_NUMBER_PENALTY = -0.1
-REL_TOL = 1e-6
-
 SYLLABLES = ["nor", "va", "lex", "tri", "del", "ka", "mon", "ri", "sol", "ter", "qua", "zen", "bri", "o", "fal"]
 SUFFIXES = ["Systems", "Industries", "Labs", "Holdings", "Logistics", "Foods", "Energy", "Devices"]
 SEGMENTS = ["Cloud", "Hardware", "Services", "Retail", "Licensing", "Consulting", "Payments", "Ads"]
@@ -205,42 +203,6 @@ def spec_sheet(rng, level):
 
 
 KINDS = [report, invoice, spec_sheet]
-
-
-def find_last_object(completion: str) -> dict | None:
-    """The outermost JSON object that ends last in the text, fenced or bare."""
-    decoder, best = json.JSONDecoder(), None
-    for m in list(re.finditer(r"\{", completion))[-300:]:
-        try:
-            obj, end = decoder.raw_decode(completion, m.start())
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and (best is None or end > best[0]):
-            best = (end, obj)
-    return None if best is None else best[1]
-
-
-def _norm(s: str) -> str:
-    return " ".join(s.casefold().split()).strip(" .")
-
-
-def check_field(spec: dict, got) -> tuple[bool, bool]:
-    """(right, right but given as a string) for one field."""
-    if spec["type"] == "string":
-        return isinstance(got, str) and _norm(got) == _norm(spec["value"]), False
-    as_string = isinstance(got, str)
-    if as_string:
-        cleaned = re.sub(r"[$,%\s]|USD", "", got)
-        try:
-            got = float(cleaned)
-        except ValueError:  # not a number at all: simply wrong, no format penalty
-            return False, False
-    if isinstance(got, bool) or not isinstance(got, (int, float)):
-        return False, False
-    want = spec["value"]
-    tol = spec["tol"] if spec["tol"] is not None else max(1e-9, REL_TOL * abs(want))
-    right = abs(got - want) <= tol + 1e-12
-    return right, right and as_string
 
 
 class DocExtraction(GeneratedTasks, CheckEnvironment):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 
 from flywheel.environments.base import Score
-from flywheel.environments.domains.code import extract_code
+from flywheel.environments.parsing.code import extract_code
 from flywheel.storage.schema import stable_id
 
 CHECK_VERSION = "2"

@@ -37,8 +37,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flywheel.environments.parsing.numbers import parse_number
 from flywheel.environments.sources.task_checks import never_calls
-from flywheel.environments.verifiers.answers import KINDS, parse_number
+from flywheel.environments.verifiers.answers import KINDS
 from flywheel.environments.verifiers.python_tests import TestsError, split_tests
 from flywheel.storage.schema import stable_id
 

@@ -34,17 +34,16 @@ the last \\boxed{...}, else the last non-empty line.
 from __future__ import annotations
 
 import json
-import math
 import re
-import unicodedata
-from fractions import Fraction
 from pathlib import Path
 
-from flywheel.environments.audit import audit_python
+from flywheel.environments.audit import audit_python, code_like
 from flywheel.environments.base import Score
-from flywheel.environments.domains.code import extract_code
-from flywheel.environments.domains.extraction import check_field, find_last_object
 from flywheel.environments.parsing import safe_parse
+from flywheel.environments.parsing.code import extract_code
+from flywheel.environments.parsing.final_answer import extract_answer, normalise
+from flywheel.environments.parsing.json_object import check_field, find_last_object
+from flywheel.environments.parsing.numbers import finite_number, is_finite_number, read_number
 from flywheel.environments.sandbox import ExecResult, Job
 from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
 from flywheel.environments.verifiers.python_tests import cases_score
@@ -53,55 +52,6 @@ HOST_KINDS = ("exact", "numeric", "json_fields", "regex")
 SANDBOX_KINDS = ("math", "python_tests", "python_io")
 KINDS = (*HOST_KINDS, *SANDBOX_KINDS)
 MAX_ANSWER_CHARS = 10_000
-
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-ANSWER_LINE = re.compile(r"^[\s*>#_`]*answer[\s*_`]*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-CODE_LIKE = re.compile(
-    r"__|\bimport\s+\w|\b(?:exec|eval|getattr|setattr|delattr|globals|locals|vars|open|compile|breakpoint"
-    r"|input|sympify|lambdify|parse_expr|parse_latex)\s*\("
-)
-FLOAT_EXPONENT = re.compile(r"[eE]([+-]?\d+)")
-MAX_EXPONENT = 400  # beyond any float's; bounds the work before Fraction builds 10**exponent
-
-
-def code_like(text: str) -> bool:
-    """Whether `text` looks like code, read as Python reads identifiers (NFKC: fullwidth
-    and mathematical letters fold to ASCII). A second signal in front of parsers that do
-    not execute anyway (environments/parsing/safe_parse.py), never the wall."""
-    return bool(CODE_LIKE.search(unicodedata.normalize("NFKC", text)))
-
-
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 1, start + len("\\boxed{")
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    return None
-
-
-def extract_answer(completion: str) -> str | None:
-    tags = ANSWER_TAG.findall(completion)
-    if tags:
-        return tags[-1].strip()
-    lines = ANSWER_LINE.findall(completion)
-    if lines:
-        return lines[-1].strip()
-    boxed = _last_boxed(completion)
-    if boxed is not None:
-        return boxed.strip()
-    rest = [ln.strip() for ln in completion.splitlines() if ln.strip()]
-    return rest[-1] if rest else None
-
-
-def normalise(text: str) -> str:
-    text = " ".join(str(text).casefold().split())
-    text = text.strip().strip("`'\"$").strip()
-    return text[:-1].rstrip() if text.endswith(".") else text
-
 
 def _graded(ok: bool, error: str = "") -> Score:
     return Score(float(ok), "pass" if ok else "fail", outcome=float(ok), tests_passed=int(ok), tests_total=1,
@@ -122,51 +72,6 @@ def check_exact(expected, completion: str) -> Score:
     wanted = expected if isinstance(expected, list) else [expected]
     ok = normalise(got) in {normalise(w) for w in wanted}
     return _graded(ok, f"expected {wanted[0]!r}, got {got[:200]!r}")
-
-
-def _to_float(text: str) -> tuple[float | None, str]:
-    exponent = FLOAT_EXPONENT.search(text)
-    if exponent and (len(exponent.group(1)) > 6 or abs(int(exponent.group(1))) > MAX_EXPONENT):
-        return None, "beyond float range"
-    try:
-        return float(Fraction(text)), ""
-    except (ValueError, ZeroDivisionError):
-        return None, "not a number"
-    except OverflowError:
-        return None, "beyond float range"
-
-
-def read_number(text: str) -> tuple[float | None, str]:
-    """(the number in `text`, "") or (None, why not): the whole text as a number, else its
-    one number ("x = 12", "12 apples"), else none. Never raises."""
-    cleaned = re.sub(r"[\s,$%€£]|\\[,!;]", "", str(text)).rstrip(".")
-    if cleaned.lower().lstrip("+-") in ("inf", "infinity", "nan", "∞"):
-        return None, "not a finite number"
-    value, why = _to_float(cleaned)
-    if value is not None or why == "beyond float range":
-        return value, why
-    numbers = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", cleaned)
-    if len(numbers) == 1:
-        return _to_float(numbers[0])
-    return None, "not one number"
-
-
-def parse_number(text: str) -> float | None:
-    return read_number(text)[0]
-
-
-def finite_number(value) -> tuple[float | None, str]:
-    """An expected answer (a JSON number or text) as a finite float, or (None, why): what
-    a numeric row's answer must be."""
-    if isinstance(value, bool):
-        return None, "a boolean is not a number"
-    if isinstance(value, (int, float)):
-        try:
-            number = float(value)
-        except OverflowError:
-            return None, "beyond float range"
-        return (number, "") if math.isfinite(number) else (None, "not a finite number")
-    return read_number(str(value))
 
 
 def check_numeric(expected, completion: str, tolerance: float | None = None) -> Score:
@@ -326,6 +231,3 @@ def score_io(job: Job, result: ExecResult, expected: list[str]) -> Score:
     passed = sum(isinstance(got, str) and _lines(got) == _lines(want) for got, want in zip(outputs, expected))
     return cases_score(result, report, problem, findings, passed, total)
 
-
-def is_finite_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

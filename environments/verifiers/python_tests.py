@@ -31,8 +31,8 @@ import re
 
 from flywheel.environments.audit import audit_python
 from flywheel.environments.base import Score
-from flywheel.environments.domains.code import extract_code
 from flywheel.environments.isolated import PARENT
+from flywheel.environments.parsing.code import extract_code
 from flywheel.environments.sandbox import ExecResult, Job
 from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
 
