@@ -105,7 +105,7 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
     cells = eval_report.cells(con, version, k)
     groups = eval_report.groups(cells, by_group)
     comparisons = []  # against the run's first evaluated version: v0, or v1 after a cold start
-    first = con.execute("SELECT min(policy_version) FROM eval_cells WHERE mode = 'greedy'").fetchone()[0]
+    [(first,)] = con.execute("SELECT min(policy_version) FROM eval_cells WHERE mode = 'greedy'").fetchall()
     if first is not None and first < version:
         comparisons = eval_report.compare(con, first, con, version, by_group)
     result = EvalResult(run_id=rt.run_id, policy_version=version, rows=cells, groups=groups,

@@ -5,8 +5,8 @@
 `pipeline.max_policy_lag` > 0 it trains in the background while the next cycle is
 generated, on weights at most that many versions old. Every stage's output is in the lake
 (or the policy manifest) before the next stage starts, and each stage is skipped when
-its output is already there, so a killed run resumes at the stage where it stopped:
-pass the same `run_id` again. The CLI (`flywheel run`), the Prefect deployments and a
+its output is already there (flywheel/run/lifecycle.py answers which are), so a killed
+run resumes at the stage where it stopped: pass the same `run_id` again. The CLI (`flywheel run`), the Prefect deployments and a
 notebook all call the flows below: one code path, several faces.
 """
 
@@ -16,13 +16,15 @@ import itertools
 import json
 import time
 from datetime import datetime, timezone
+from typing import ParamSpec, TypeVar
 
-from prefect import flow, get_run_logger
+from prefect import Task, flow, get_run_logger
 
 from flywheel.flows.evaluate import evaluate_and_track
 from flywheel.reports import zero_signal
 from flywheel.config import FlywheelConfig
 from flywheel.run.console import check_stop
+from flywheel.run.lifecycle import RunState, run_state
 from flywheel.run.pipeline import UpdatePipeline
 from flywheel.reports.progress import reporter
 from flywheel.reports.progress_lines import lines_unless_shown, stage_done
@@ -30,6 +32,8 @@ from flywheel.reports.summary import by_domain_level, publish_cycle
 from flywheel.reports.results import CycleSummary, FlywheelResult
 from flywheel.run.runtime import Runtime
 from flywheel.reports.tracking import Tracker
+from flywheel.storage.lake import Lake
+from flywheel.storage.policies import PolicyStore
 from flywheel.storage.query import connect
 from flywheel.tasks.archive import archive
 from flywheel.tasks.generate import generate
@@ -37,42 +41,50 @@ from flywheel.tasks.replay import replay
 from flywheel.tasks.sample import sample
 from flywheel.tasks.score import score
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
     timings: dict[str, float] = {}
     t_cycle = time.monotonic()
 
-    def timed(name, fn, *args):
+    def timed(name: str, stage: Task[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         check_stop()  # a Ctrl-C whose first raise was lost (flywheel/run/console.py)
         t0 = time.monotonic()
-        result = fn.with_options(task_run_name=f"{name}-{rt.run_id}-c{cycle}")(rt, *args)
+        result = stage.with_options(task_run_name=f"{name}-{rt.run_id}-c{cycle}")(*args, **kwargs)
         timings[name] = round(time.monotonic() - t0, 2)
         stage_done(name, timings[name], f"cycle {cycle} ")
         return result
 
-    if not rt.lake.is_committed(rt.run_id, cycle):
-        tasks = timed("sample", sample, cycle)
+    state = rt.state(cycle)  # which stages are done (flywheel/run/lifecycle.py); none changes another's
+    if not state.committed:
+        tasks = timed("sample", sample, rt, cycle)
         timings["wait_update"] = round(updates.admit_rollouts(), 2)
         ctx = rt.stage_context(cycle, policy_lag=updates.lag)
-        rollouts = timed("generate", generate, ctx, tasks)
-        trajectories = timed("score", score, ctx, rollouts)
-        timed("archive", archive, cycle, tasks, trajectories)
-    if rt.manifest["updated_cycle"] < cycle:
+        rollouts = timed("generate", generate, rt, ctx, tasks)
+        trajectories = timed("score", score, rt, ctx, rollouts)
+        timed("archive", archive, rt, cycle, tasks, trajectories)
+    if not state.updated:
         check_stop()
         t0 = time.monotonic()
+        rt.get_trainer(start_engine=True)  # in this thread, engine first, before any update uses it
         updates.submit(cycle)  # synchronous: trains and syncs now; else starts in the background
         timings["update"] = round(time.monotonic() - t0, 2)
         stage_done("update", timings["update"], f"cycle {cycle} ")
-    if rt.lake.read_replay_queue(rt.run_id, cycle + 1) is None:
-        timed("replay", replay, cycle)
+    if not state.replay_queued:
+        timed("replay", replay, rt, cycle)
     if timings:
         timings["cycle"] = round(time.monotonic() - t_cycle, 2)
     synced = updates.take_metrics()  # asynchronous: usually the previous cycle's update
     update_metrics = {**synced[max(synced)], "update_cycle": max(synced)} if synced else {}
-    return cycle_summary(rt, cycle, timings, update_metrics)
+    return cycle_summary(rt, state, timings, update_metrics)
 
 
-def cycle_summary(rt: Runtime, cycle: int, timings: dict, update_metrics: dict) -> CycleSummary:
+def cycle_summary(rt: Runtime, state: RunState, timings: dict, update_metrics: dict) -> CycleSummary:
+    """`state.cycle`'s summary, from the lake; appended to cycles.jsonl unless the cycle
+    was found finished (a resumed one: its line is in the file already)."""
+    cycle = state.cycle
     con = connect(rt.lake, rt.run_id)
     row = con.execute(
         "SELECT tasks, trajectories, mean_reward, pass_rate, replayed_tasks FROM cycles WHERE cycle = ?", [cycle]
@@ -87,7 +99,7 @@ def cycle_summary(rt: Runtime, cycle: int, timings: dict, update_metrics: dict) 
         by_domain_level=by_domain_level(con, cycle),
         finished_at=datetime.now(timezone.utc).isoformat(),
     )  # fmt: skip
-    if timings:  # a cycle found finished (resume) is already in the file
+    if not state.finished:
         with open(rt.run_dir / "cycles.jsonl", "a") as f:
             f.write(summary.model_dump_json() + "\n")
     return summary
@@ -108,8 +120,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
     logger.info("run %s in %s, lake %s", config.run_id, config.run_dir, config.lake_uri)
     t_start = time.monotonic()
     tracker = Tracker.from_config(config)  # first: a bad tracking setting stops the run before any work
-    _cold_start(config)  # here, so the one-cycle flow of scheduled deployments gets it too
-    rt = Runtime(config, say=logger.info)
+    rt = Runtime(config, say=logger.info)  # the flow's one Runtime: the cold start trains on it too
     updates = UpdatePipeline(rt, config.pipeline.max_policy_lag)
     summaries: list[CycleSummary] = []
     evaluations: list = []
@@ -123,6 +134,7 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
         return stop
 
     try:
+        _cold_start(config, rt)  # here, so the one-cycle flow of scheduled deployments gets it too
         # Lazily: a caller may decide after each cycle whether another comes (bench/vs_trl.py
         # stops on wall time); materialising such a generator never ends.
         planned = iter(cycles(rt))
@@ -191,26 +203,24 @@ def flywheel(config: FlywheelConfig = FlywheelConfig()) -> FlywheelResult:
         return _run(config, lambda rt: range(config.cycles))
 
 
-def _cold_start(config: FlywheelConfig) -> None:
-    """`cold_start`: SFT on the domains' reference replies before a new run's first cycle."""
+def _cold_start(config: FlywheelConfig, rt: Runtime | None = None) -> None:
+    """`cold_start`: SFT on the domains' reference replies before a new run's first cycle,
+    on the flow's Runtime `rt` (flows/sft.py `fine_tune`): the engine, started after it,
+    starts from the SFT policy. A resumed run never gets one (its samples so far came from
+    the policy it has); without `rt` only that is decided, and a new run is refused."""
     cold = config.cold_start
-    if cold.references and _is_new(config):
-        from flywheel.flows.sft import sft
+    if not cold.references:
+        return
+    if rt is None:
+        lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
+        if not run_state(PolicyStore(lake, config.run_id, config.run_dir / "policy-cache")).new:
+            return
+        raise ValueError(f"run {config.run_id} is new: its cold start trains on the flow's Runtime")
+    if rt.state().new:
+        from flywheel.flows.sft import fine_tune
 
-        sft(config, references=cold.references, epochs=cold.epochs, batch_size=cold.batch_size,
-            learning_rate=cold.learning_rate)  # fmt: skip
-
-
-def _is_new(config: FlywheelConfig) -> bool:
-    """No policy version and no committed cycle yet: a resumed run never gets a cold start
-    (its samples so far came from the policy it has)."""
-    from flywheel.storage.lake import Lake
-    from flywheel.storage.policies import PolicyStore
-
-    lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
-    if PolicyStore(lake, config.run_id, config.run_dir / "policy-cache").version:
-        return False
-    return not lake.committed_cycles(config.run_id)
+        fine_tune(rt, references=cold.references, epochs=cold.epochs, batch_size=cold.batch_size,
+                  learning_rate=cold.learning_rate)  # fmt: skip
 
 
 @flow(name="flywheel-cycle", flow_run_name=_flow_run_name)

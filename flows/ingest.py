@@ -111,7 +111,9 @@ def ingest_file(store: TraceStore, path: str, cfg: IngestConfig, workload: str |
     known = store.known_ids() if known is None else known
     now = datetime.now(timezone.utc)
     rows, quarantined, seen = [], [], set()
-    reasons, redactions, workloads = Counter(), Counter(), Counter()
+    reasons: Counter[str] = Counter()
+    redactions: Counter[str] = Counter()
+    workloads: Counter[str] = Counter()
     name = Path(path).name
     for where, raw, error in read_rows(path):
         report.records += 1

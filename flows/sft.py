@@ -93,7 +93,7 @@ def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, p
     not the ones RL then draws (both are train split; the eval split is never touched).
     """
     from flywheel.run.domains import build_domains
-    from flywheel.policy.multiturn import play_reference
+    from flywheel.tasks.multiturn import play_reference
     from flywheel.tasks.sample import sampled_levels
 
     domains = build_domains(config)
@@ -135,44 +135,63 @@ def sft(
     result becomes the run's next policy version. `max_minutes` > 0 ends the training
     after the step that passes it (an SFT budget equal to another arm's wall time)."""
     logger = get_run_logger()
-    config = config.with_run_id()
-    config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"learning_rate": learning_rate})})
-    rt = Runtime(config, say=logger.info)
+    rt = Runtime(config.with_run_id(), say=logger.info)
     try:
-        if data_path:
-            examples, quarantined = demonstrations_from_file(data_path, rt.tokenizer)
-        elif references:
-            examples, quarantined = demonstrations_from_references(config, rt.tokenizer, rt.sandbox, references), []
-        else:
-            examples, quarantined = demonstrations_from_lake(rt.lake, rt.run_id, min_reward), []
-        if quarantined:
-            qfile = rt.run_dir / "quarantine" / f"sft-{Path(data_path or 'lake').stem}.jsonl"
-            qfile.parent.mkdir(parents=True, exist_ok=True)
-            qfile.write_text("".join(json.dumps(r, default=str) + "\n" for r in quarantined))
-            logger.warning("quarantined %d malformed demonstrations in %s", len(quarantined), qfile)
-        if not examples:
-            where = data_path or ("the references of " + ", ".join(config.sampler.domains) if references
-                                  else "the lake of run " + rt.run_id)  # fmt: skip
-            raise ValueError(f"no usable demonstrations in {where}")
-        trainer = rt.get_trainer(start_engine=False)  # no engine in this flow
-        rng, losses, t_start = random.Random(config.seed), [], time.monotonic()
-        samples = [TrainSample(p, c, mask, 0.0) for p, c, mask in examples]
-        steps = epochs * -(-len(samples) // batch_size)
-        with stage("sft", total=steps) as advance:
-            for epoch in range(epochs):
-                rng.shuffle(samples)
-                for start in range(0, len(samples), batch_size):
-                    if max_minutes and time.monotonic() - t_start >= 60 * max_minutes:
-                        break
-                    losses.append(trainer.step(samples[start : start + batch_size], objective="sft")["loss"])
-                    logger.info("sft epoch %d step %d/%d: loss %.4f", epoch + 1, len(losses), steps, losses[-1])
-                    advance()
-        version = rt.policy_version + 1
-        export = trainer.export(rt.staging_dir(f"v{version}"))
-        rt.record_update(rt.manifest["updated_cycle"], version, export)
-        rt.policies.pin("sft", version)  # the SFT-only policy stays, to compare RL against
+        return fine_tune(
+            rt, data_path, references, min_reward, epochs, batch_size, learning_rate, max_minutes
+        )
     finally:
         rt.close()
+
+
+def fine_tune(
+    rt: Runtime,
+    data_path: str | None = None,
+    references: int = 0,
+    min_reward: float = 1.0,
+    epochs: int = 1,
+    batch_size: int = 16,
+    learning_rate: float = 1e-5,
+    max_minutes: float = 0.0,
+) -> dict:
+    """The `sft` flow's body, on the Runtime of the flow that runs it (this one, or the
+    flywheel's cold start): a trainer of its own (`Runtime.make_trainer`; no engine),
+    whose export is published as the next version and pinned as "sft"."""
+    logger = get_run_logger()
+    config = rt.config
+    if data_path:
+        examples, quarantined = demonstrations_from_file(data_path, rt.tokenizer)
+    elif references:
+        examples = demonstrations_from_references(config, rt.tokenizer, rt.sandbox, references)
+        quarantined = []
+    else:
+        examples, quarantined = demonstrations_from_lake(rt.lake, rt.run_id, min_reward), []
+    if quarantined:
+        qfile = rt.run_dir / "quarantine" / f"sft-{Path(data_path or 'lake').stem}.jsonl"
+        qfile.parent.mkdir(parents=True, exist_ok=True)
+        qfile.write_text("".join(json.dumps(r, default=str) + "\n" for r in quarantined))
+        logger.warning("quarantined %d malformed demonstrations in %s", len(quarantined), qfile)
+    if not examples:
+        where = data_path or ("the references of " + ", ".join(config.sampler.domains) if references
+                              else "the lake of run " + rt.run_id)  # fmt: skip
+        raise ValueError(f"no usable demonstrations in {where}")
+    trainer = rt.make_trainer(learning_rate)
+    rng, losses, t_start = random.Random(config.seed), [], time.monotonic()
+    samples = [TrainSample(p, c, mask, 0.0) for p, c, mask in examples]
+    steps = epochs * -(-len(samples) // batch_size)
+    with stage("sft", total=steps) as advance:
+        for epoch in range(epochs):
+            rng.shuffle(samples)
+            for start in range(0, len(samples), batch_size):
+                if max_minutes and time.monotonic() - t_start >= 60 * max_minutes:
+                    break
+                losses.append(trainer.step(samples[start : start + batch_size], objective="sft")["loss"])
+                logger.info("sft epoch %d step %d/%d: loss %.4f", epoch + 1, len(losses), steps, losses[-1])
+                advance(1)
+    version = rt.policy_version + 1
+    export = trainer.export(rt.staging_dir(f"v{version}"))
+    rt.record_update(rt.manifest["updated_cycle"], version, export)
+    rt.policies.pin("sft", version)  # the SFT-only policy stays, to compare RL against
     result = {"examples": len(examples), "quarantined": len(quarantined), "steps": len(losses),
               "first_loss": losses[0], "last_loss": losses[-1], "policy_version": version}  # fmt: skip
     logger.info("sft: %s", result)

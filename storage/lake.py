@@ -330,11 +330,16 @@ class Lake:
         path = self._cycle_dir("replay", run_id, cycle) + "/part-0.parquet"
         self._write_table(path, with_cycle(to_table(tasks, TASK_SCHEMA), cycle))
 
+    def has_replay_queue(self, run_id: str, cycle: int) -> bool:
+        """Whether a replay stage wrote the queue of `cycle` (maybe empty): one stat, no read."""
+        path = self._cycle_dir("replay", run_id, cycle) + "/part-0.parquet"
+        return self.fs.get_file_info(path).type == pafs.FileType.File
+
     def read_replay_queue(self, run_id: str, cycle: int) -> list[TaskSpec] | None:
         """The tasks queued for `cycle`, or None when no replay stage wrote a queue."""
-        path = self._cycle_dir("replay", run_id, cycle) + "/part-0.parquet"
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
+        if not self.has_replay_queue(run_id, cycle):
             return None
+        path = self._cycle_dir("replay", run_id, cycle) + "/part-0.parquet"
         with self.fs.open_input_file(path) as f:
             return tasks_from_table(pq.read_table(f))
 

@@ -7,8 +7,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flywheel.storage.schema import TaskSpec, Trajectory
+from flywheel.tasks.context import RunParts
 
 
 @task(name="archive", retries=2, retry_delay_seconds=2, timeout_seconds=600, cache_policy=NO_CACHE)
-def archive(rt, cycle: int, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> dict:
+def archive(rt: RunParts, cycle: int, tasks: list[TaskSpec], trajectories: list[Trajectory]) -> dict:
     return rt.lake.commit_cycle(rt.run_id, cycle, tasks, trajectories)

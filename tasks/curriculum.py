@@ -76,7 +76,7 @@ def level_stats(lake: Lake, run_id: str, cycle: int, window: int) -> dict[tuple[
         con = duckdb.connect()
         con.register("trajectories", lake.dataset("trajectories", run_id, missing))
         con.execute(GROUPS_VIEW)
-        read = {c: {} for c in missing}
+        read: dict[int, dict[tuple[str, int], tuple]] = {c: {} for c in missing}
         for c, d, lvl, p, i, g in con.execute(ARM_CYCLES_SQL).fetchall():
             read[c][(d, lvl)] = (p, i, g)
         for c in missing:
@@ -120,12 +120,13 @@ def eval_prior(lake: Lake, run_id: str, version: int, k: int = 8) -> dict[tuple[
     from flywheel.storage import evals
 
     con = evals.connect(lake, run_id)
-    row = con.execute("SELECT max(policy_version) FROM eval_cells WHERE mode = 'greedy' AND policy_version <= ?",
-                      [version]).fetchone()  # fmt: skip
-    if row[0] is None:
+    # an aggregate: always one row
+    [(latest,)] = con.execute("SELECT max(policy_version) FROM eval_cells WHERE mode = 'greedy' AND "
+                              "policy_version <= ?", [version]).fetchall()  # fmt: skip
+    if latest is None:
         return {}
     rows = con.execute("SELECT domain, level, tasks, solved, with_reward FROM eval_cells "
-                       "WHERE mode = 'greedy' AND policy_version = ?", [row[0]]).fetchall()  # fmt: skip
+                       "WHERE mode = 'greedy' AND policy_version = ?", [latest]).fetchall()  # fmt: skip
     return {(d, lvl): variance_chance(n, solved, share, k) for d, lvl, n, solved, share in rows}
 
 

@@ -6,7 +6,7 @@ Dispatch on the domain's kind, once per task list:
   them. Batches hold at least CALL_SEQUENCES sequences (prompts x k), so that progress
   shows on long lists without starving vLLM, which batches within each call (cutting a
   cycle's 32 sequences into four calls of 8 cost more than half its throughput).
-- "episode" domains (environments/agentic.py): the episode runner (policy/multiturn.py)
+- "episode" domains (environments/agentic.py): the episode runner (tasks/multiturn.py)
   plays each trajectory turn by turn in its own sandbox workspace, each turn joining the
   engine's running batch as soon as it is ready (`generation.continuous_turns`), and the
   domain scores the final workspace before it is released, so these rollouts carry their
@@ -30,16 +30,16 @@ from flywheel.environments.agentic import RewardWeights
 from flywheel.reports.progress import stage
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines import SamplingSpec
-from flywheel.policy.multiturn import run_episodes
+from flywheel.tasks.multiturn import run_episodes
 from flywheel.storage.schema import TaskSpec, stable_id
-from flywheel.tasks.context import Parts, StageContext
+from flywheel.tasks.context import FanoutRun, Parts, StageContext
 from flywheel.tasks.records import Rollout
 
 CALL_SEQUENCES = 256
 
 
 @task(name="generate", cache_policy=NO_CACHE)
-def generate(rt, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rollout]:
+def generate(rt: FanoutRun, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rollout]:
     """k rollouts per task. The work runs where `fanout` says (flywheel/run/fanout.py): here,
     or in shards of tasks on Ray."""
     return rt.fanout.map(rollouts, tasks, ctx, engine=True)

@@ -48,7 +48,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
-from flywheel.environments.agentic import DEFAULT_WEIGHTS, RewardWeights
+from flywheel.environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment, RewardWeights
 from flywheel.environments.base import Score
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.tool_formats import ToolFormat, pick, template_has_tools
@@ -56,7 +56,7 @@ from flywheel.environments.tools import InvalidCall, execute, parse_tool_calls, 
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines.base import Sample, SamplingSpec
 from flywheel.policy.engines.requests import open_requests
-from flywheel.storage.schema import stable_id
+from flywheel.storage.schema import TaskSpec, stable_id
 
 
 def no_call(fmt: ToolFormat) -> str:
@@ -66,8 +66,8 @@ def no_call(fmt: ToolFormat) -> str:
 
 @dataclass
 class Episode:
-    task: object
-    env: object
+    task: TaskSpec
+    env: MultiTurnEnvironment
     sample_index: int
     messages: list[dict]
     prompt_token_ids: list[int]
@@ -341,10 +341,10 @@ def _act(lv: _Live, sample, limits, max_chars, fmt: ToolFormat) -> tuple[list[st
     env = lv.ep.env
     calls = parse_tool_calls(sample.text, list(env.tools), fmt)
     if not calls:
-        call = InvalidCall(truncate(sample.text, 300)[0], "no tool call in the reply")
-        lv.ep.steps.append(step_record(call, execute(lv.ws, call)))
+        invalid = InvalidCall(truncate(sample.text, 300)[0], "no tool call in the reply")
+        lv.ep.steps.append(step_record(invalid, execute(lv.ws, invalid)))
         return [no_call(fmt)], False
-    observations = []
+    observations: list[str] = []
     for call in calls:
         result = execute(
             lv.ws, call, limits=limits, test_command=env.test_command(lv.ep.task), max_chars=max_chars

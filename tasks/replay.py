@@ -13,10 +13,11 @@ from prefect.cache_policies import NO_CACHE
 
 from flywheel.storage.query import select_replay
 from flywheel.storage.schema import TaskSpec
+from flywheel.tasks.context import ReplayRun
 
 
 @task(name="replay", cache_policy=NO_CACHE)
-def replay(rt, cycle: int) -> list[TaskSpec]:
+def replay(rt: ReplayRun, cycle: int) -> list[TaskSpec]:
     cfg = rt.config.replay
     queue = []
     if cfg.enabled:
@@ -28,7 +29,7 @@ def replay(rt, cycle: int) -> list[TaskSpec]:
     return queue
 
 
-def production_failures(rt, limit: int, queued: set[str]) -> list[TaskSpec]:
+def production_failures(rt: ReplayRun, limit: int, queued: set[str]) -> list[TaskSpec]:
     """Logged failures of the sampled `traces:` domains this run has not tried, the first
     `limit` in a fixed order, as replays (origin_cycle -1: they come from outside)."""
     if limit <= 0:
@@ -47,7 +48,7 @@ def production_failures(rt, limit: int, queued: set[str]) -> list[TaskSpec]:
     return [dataclasses.replace(t, origin="replay", replay_count=1) for t in out[:limit]]
 
 
-def judged_failures(rt, env, skip: set[str]) -> list[TaskSpec]:
+def judged_failures(rt: ReplayRun, env, skip: set[str]) -> list[TaskSpec]:
     """`env`'s untried logged responses that the run's judge scores under its pass score
     (each judged once: the judge's cache keeps the score)."""
     from flywheel.environments.judge import prompt_text

@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from flywheel.environments.registry import expand_all, mixture
 from flywheel.policy.chat import encode_chat
 from flywheel.reports.summary import publish_table
+from flywheel.tasks.context import SampleRun
 from flywheel.tasks.curriculum import allot, arm_rows, cell_weights, eval_prior, level_stats, thompson
 from flywheel.storage.schema import TaskSpec, stable_id
 
@@ -64,7 +65,7 @@ def fresh_tasks(domains, run_seed: int, cycle: int, plan: Counter) -> list[TaskS
 
 
 @task(name="sample", cache_policy=NO_CACHE)
-def sample(rt, cycle: int) -> list[TaskSpec]:
+def sample(rt: SampleRun, cycle: int) -> list[TaskSpec]:
     cfg = rt.config
     replayed = (rt.lake.read_replay_queue(rt.run_id, cycle) or []) if cfg.replay.enabled else []
     replayed = replayed[: int(cfg.sampler.tasks_per_cycle * cfg.sampler.max_replay_fraction)]
@@ -94,7 +95,8 @@ def sample(rt, cycle: int) -> list[TaskSpec]:
 def quarantine_long_prompts(tasks: list[TaskSpec], tokenizer, budget: int, path: Path) -> list[TaskSpec]:
     """Tasks whose prompt leaves no room to answer within the engine's context are set
     aside (written to `path` with the reason, and logged) instead of failing the cycle."""
-    kept, dropped = [], []
+    kept: list[tuple[TaskSpec, int]] = []
+    dropped: list[tuple[TaskSpec, int]] = []
     for t in tasks:
         n = len(encode_chat(tokenizer, t.prompt))
         (kept if n <= budget else dropped).append((t, n))

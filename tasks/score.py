@@ -27,14 +27,14 @@ import json
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flywheel.environments import Environment, Score
+from flywheel.environments import CheckEnvironment, Environment, SandboxEnvironment, Score
 from flywheel.environments import reward_functions as rf
 from flywheel.environments.sandbox import ExecResult, Job
 from flywheel.config import RewardConfig
 from flywheel.reports.progress import stage
 from flywheel.policy.grpo import overlong_penalty
 from flywheel.storage.schema import TaskSpec, Trajectory
-from flywheel.tasks.context import Parts, StageContext
+from flywheel.tasks.context import FanoutRun, Parts, StageContext
 from flywheel.tasks.records import Rollout, trajectory_record
 
 
@@ -48,7 +48,7 @@ def verify(sandbox, pairs: list[tuple[Environment, TaskSpec, str]], advance=lamb
     """Each (domain, task, completion)'s Score under the domain's verifier, every sandbox
     job at once on the pool (an infrastructure failure retried once). The score stage and
     bench/vs_trl.py's reward for TRL both come through here, so they cannot drift apart."""
-    first: list[Job | Score] = [env.check(t, c) if env.kind == "check" else env.job(t, c) for env, t, c in pairs]
+    first = [first_step(env, t, c) for env, t, c in pairs]
     runnable = [i for i, j in enumerate(first) if isinstance(j, Job)]
     advance(len(pairs) - len(runnable))
     results: dict[int, ExecResult] = {}
@@ -61,14 +61,27 @@ def verify(sandbox, pairs: list[tuple[Environment, TaskSpec, str]], advance=lamb
             results[i] = res
         advance(len(idx))
     out = []
-    for i, ((env, spec, _), job) in enumerate(zip(pairs, first)):
-        res = results.get(i)
-        out.append(Verified(env.score(spec, job, res), res) if res is not None else Verified(job, None))
+    for i, ((env, spec, _), step) in enumerate(zip(pairs, first)):
+        if isinstance(step, Score):
+            out.append(Verified(step, None))
+        else:  # a job ran, so its domain is a sandbox one
+            assert isinstance(env, SandboxEnvironment)
+            out.append(Verified(env.score(spec, step, results[i]), results[i]))
     return out
 
 
+def first_step(env: Environment, task: TaskSpec, completion: str) -> Job | Score:
+    """A single-turn domain's verdict (a check) or the sandbox job that decides it, by the
+    kind its class declares (environments/base.py)."""
+    if isinstance(env, CheckEnvironment):
+        return env.check(task, completion)
+    if isinstance(env, SandboxEnvironment):
+        return env.job(task, completion)
+    raise TypeError(f"domain {env.name}: a {env.kind!r} domain has no single-turn verifier")
+
+
 @task(name="score", cache_policy=NO_CACHE)
-def score(rt, ctx: StageContext, rollouts: list[Rollout]) -> list[Trajectory]:
+def score(rt: FanoutRun, ctx: StageContext, rollouts: list[Rollout]) -> list[Trajectory]:
     """The rollouts, scored, as records in their order. The work runs where `fanout` says
     (flywheel/run/fanout.py): here, or in shards of rollouts on Ray."""
     return rt.fanout.map(score_rollouts, rollouts, ctx)
@@ -88,13 +101,13 @@ def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> 
         with stage("rewards", total=len(items) * len(functions)) as advance:
             values = dict(zip(single, rf.evaluate(parts.sandbox, functions, items, ctx.config.reward.function_timeout_s)))
             advance(len(items) * len(functions))
-    judged = judge_rollouts(parts.judge, ctx, [rollouts[i] for i in single])
-    judged = dict(zip(single, judged)) if judged else {}
+    judgements = judge_rollouts(parts.judge, ctx, [rollouts[i] for i in single])
+    judged = dict(zip(single, judgements))
     max_tokens, buffer = ctx.generation.max_tokens, ctx.config.reward.overlong_buffer
     out = []
     for i, r in enumerate(rollouts):
-        if i not in verified:  # an episode: scored in its workspace
-            sc = r.episode_score
+        sc = r.episode_score
+        if sc is not None:  # an episode: scored in its workspace (not in `verified`)
             out.append(trajectory_record(ctx, r, sc, components=[component("verifier", sc.reward)]))
             continue
         env = parts.domains[r.task.domain]

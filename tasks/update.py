@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flywheel.policy.grpo import group_advantages, zero_variance_groups
 from flywheel.policy.trainer import TrainSample
+from flywheel.tasks.context import SyncRun, UpdateRun
 
 
 def cycle_batch(
@@ -85,7 +86,7 @@ def build_batch(
 
 
 @task(name="update", cache_policy=NO_CACHE)
-def update(rt, cycle: int) -> dict:
+def update(rt: UpdateRun, cycle: int) -> dict:
     """Train on `cycle`, publish the new version; returns metrics and, for `sync`, the
     version and the trainer's logprobs on two probe sequences."""
     cfg = rt.config.trainer
@@ -104,9 +105,8 @@ def update(rt, cycle: int) -> dict:
     t0 = time.monotonic()
     export_dir = trainer.export(rt.staging_dir(f"v{version}"))
     metrics["export_s"] = time.monotonic() - t0
-    probe = samples[:2]
-    seqs = [s.prompt_ids + s.completion_ids for s in probe]
-    lens = [len(s.prompt_ids) for s in probe]
+    seqs = [s.prompt_ids + s.completion_ids for s in samples[:2]]
+    lens = [len(s.prompt_ids) for s in samples[:2]]
     probe = {"sequences": seqs, "prompt_lens": lens, "trainer_logprobs": trainer.logprobs(seqs, lens)}
     checkpoint = None
     if cfg.save_checkpoints:
@@ -129,7 +129,7 @@ def sync_tolerance(config) -> float:
 
 
 @task(name="sync", cache_policy=NO_CACHE)
-def sync(rt, update_result: dict) -> dict:
+def sync(rt: SyncRun, update_result: dict) -> dict:
     """Load the version `update_result` made into the engine and check the engine now
     scores the probe sequences as the trainer did."""
     version = update_result.get("policy_version")

@@ -42,13 +42,13 @@ class UpdatePipeline:
         return f"{stage}-{self.rt.run_id}-c{cycle}"
 
     def submit(self, cycle: int) -> None:
-        """Start `cycle`'s update: now (synchronous), or in the background."""
+        """Start `cycle`'s update: now (synchronous), or in the background. The flow has
+        started the trainer (flows/flywheel.py), in its own thread, before any update uses it."""
         run_update = update.with_options(task_run_name=self._name("update", cycle))
         if self.max_lag == 0:
             result = run_update(self.rt, cycle)
             self._synced(cycle, result, sync.with_options(task_run_name=self._name("sync", cycle))(self.rt, result))
             return
-        self.rt.get_trainer()  # built here, in the flow's thread, before the update thread uses it
         previous = [self.in_flight[-1][1]] if self.in_flight else []
         self.in_flight.append((cycle, run_update.submit(self.rt, cycle, wait_for=previous)))
 

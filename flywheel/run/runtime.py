@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from flywheel.environments import reward_functions
 from flywheel.environments.sandbox import make_sandbox
@@ -26,9 +27,15 @@ from flywheel.config import FlywheelConfig
 from flywheel.run.fanout import make_fanout
 from flywheel.run.model_prep import resolve_model
 from flywheel.run.domains import build_domains, write_quarantine
+from flywheel.run.lifecycle import RunState, run_state
 from flywheel.storage.lake import Lake
 from flywheel.storage.policies import PolicyStore
 from flywheel.tasks.context import StageContext
+
+if TYPE_CHECKING:
+    from flywheel.environments.judge import Judge
+    from flywheel.policy.engines import Engine
+    from flywheel.policy.trainer import GRPOTrainer
 
 log = logging.getLogger("flywheel")
 
@@ -79,12 +86,12 @@ class Runtime:
         )
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(self.base_model)
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(self.base_model)
         self._say = say
-        self._engine = None
+        self._engine: Engine | None = None
         self._engine_version = 0
-        self._judge = None
-        self._trainer = None
+        self._judge: Judge | None = None
+        self._trainer: GRPOTrainer | None = None
         self.fanout = make_fanout(self)  # where generate and score run; Ray starts on first use
 
     # ---- policy versions -----------------------------------------------------------------
@@ -100,17 +107,13 @@ class Runtime:
     def policy_dir(self) -> str:
         return self.policies.hf_dir() or self.base_model
 
+    def state(self, cycle: int | None = None) -> RunState:
+        """Where the run stands, and `cycle` in it (flywheel/run/lifecycle.py)."""
+        return run_state(self.policies, cycle)
+
     def next_cycle(self) -> int:
         """The first cycle whose stages are not all done."""
-        committed = self.lake.committed_cycles(self.run_id)
-        if not committed:
-            return 0
-        last = committed[-1]
-        finished = (
-            self.manifest["updated_cycle"] >= last
-            and self.lake.read_replay_queue(self.run_id, last + 1) is not None
-        )
-        return last + 1 if finished else last
+        return self.state().next_cycle
 
     def stage_context(
         self, cycle: int, label: str = "train", generation=None, policy_lag: int = 0
@@ -131,7 +134,7 @@ class Runtime:
         self.policies.publish(cycle, version, export_dir, checkpoint)
 
     @property
-    def engine(self):
+    def engine(self) -> Engine:
         """Started on first use, so a resumed run with nothing left to generate skips it."""
         if self._engine is None:
             from flywheel.policy.engines import make_engine
@@ -148,7 +151,7 @@ class Runtime:
         return self._engine
 
     @property
-    def judge(self):
+    def judge(self) -> Judge | None:
         """`reward.judge`'s judge (environments/judge.py), built on first use; None without a rubric."""
         if self._judge is None and self.config.reward.judge.rubric:
             from flywheel.environments.judge import make_judge
@@ -176,29 +179,39 @@ class Runtime:
         self._engine_version = version
 
     @property
-    def trainer(self):
-        return self.get_trainer()
+    def trainer(self) -> GRPOTrainer:
+        """The updates' trainer, once a flow has started it (`get_trainer`)."""
+        if self._trainer is None:
+            raise RuntimeError("the trainer is not started: the flow starts it (Runtime.get_trainer)")
+        return self._trainer
 
-    def get_trainer(self, start_engine: bool = True):
-        """Started on first use. When the run also generates, the engine starts first:
-        vLLM forks its workers before DeepSpeed sets up torch.distributed."""
+    def get_trainer(self, start_engine: bool) -> GRPOTrainer:
+        """The updates' trainer, built once. The caller says whether the engine starts first:
+        a flow that also generates starts it first, since vLLM forks its workers before
+        DeepSpeed sets up torch.distributed."""
         if self._trainer is None:
             if start_engine:
                 self.engine  # noqa: B018  (start order matters)
-            from flywheel.policy.trainer import GRPOTrainer
-
-            checkpoint = self.policies.checkpoint()
-            if checkpoint:  # weights and optimizer state, exactly
-                self._trainer = GRPOTrainer(
-                    self.base_model, self.config.trainer, reference_dir=self.kl_reference()
-                )
-                self._trainer.load_checkpoint(*checkpoint)
-                log.info("resumed the trainer from checkpoint %s in %s", checkpoint[1], checkpoint[0])
-            else:
-                self._trainer = GRPOTrainer(
-                    self.policy_dir, self.config.trainer, reference_dir=self.kl_reference()
-                )
+            self._trainer = self.make_trainer()
         return self._trainer
+
+    def make_trainer(self, learning_rate: float | None = None) -> GRPOTrainer:
+        """A trainer on the run's current policy (its checkpoint, exactly, when it has one),
+        held near `kl_reference()`, with `learning_rate` instead of the config's when given.
+        Not kept: SFT trains one of its own, and RL then starts from SFT's export with a
+        fresh optimizer, as a resumed run would."""
+        from flywheel.policy.trainer import GRPOTrainer
+
+        cfg = self.config.trainer
+        if learning_rate is not None:
+            cfg = cfg.model_copy(update={"learning_rate": learning_rate})
+        checkpoint = self.policies.checkpoint()
+        if checkpoint:  # weights and optimizer state, exactly
+            trainer = GRPOTrainer(self.base_model, cfg, reference_dir=self.kl_reference())
+            trainer.load_checkpoint(*checkpoint)
+            log.info("resumed the trainer from checkpoint %s in %s", checkpoint[1], checkpoint[0])
+            return trainer
+        return GRPOTrainer(self.policy_dir, cfg, reference_dir=self.kl_reference())
 
     def kl_reference(self) -> str:
         """The policy `trainer.kl_coef` holds GRPO near: the run's SFT policy when it has one
