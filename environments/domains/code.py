@@ -25,6 +25,7 @@ from flywheel.environments.base import Draft, GeneratedTasks, SandboxEnvironment
 from flywheel.environments.harness import harness_job, read_report
 from flywheel.environments.parsing.code import extract_code
 from flywheel.environments.sandbox import ExecResult
+from flywheel.environments.scoring import graded_run
 
 VERBS = ["compute", "get", "make", "find", "calc", "build", "derive", "produce"]
 NOUNS = ["value", "result", "score", "total", "output", "answer", "item", "metric"]
@@ -205,22 +206,8 @@ class CodeSynthesis(GeneratedTasks, SandboxEnvironment):
 
     def score(self, task, job, result: ExecResult):
         tests = json.loads(task.verifier_json)["tests"]
-        total = len(tests)
-        if result.error:
-            return Score(0.0, "error", tests_total=total, error=result.error)
         findings = audit_python(job.files["solution.py"])
         outputs, res, problem = read_report(job, result)
         expected = [json.dumps(want, sort_keys=True) for _, want in tests]
         passed = sum(got == want for got, want in zip(outputs, expected))
-        frac = passed / max(1, total)
-        if findings or problem == "forged":  # paid nothing for trying, whatever it scored
-            why = "; ".join(findings) or "a forged or malformed result line"
-            return Score(0.0, "suspected_hack", outcome=frac, penalty=-frac, tests_passed=passed,
-                         tests_total=total, error="audit: " + why)  # fmt: skip
-        if result.timed_out:
-            return Score(0.0, "timeout", tests_total=total, error="verification timed out")
-        if problem:
-            return Score(0.0, "fail", tests_total=total, error=problem)
-        verdict = "pass" if passed == total else "timeout" if res.get("timed_out") else "fail"
-        return Score(frac, verdict, outcome=frac, tests_passed=passed, tests_total=total,
-                     error=str(res.get("error", "")))  # fmt: skip
+        return graded_run(result, res, problem, findings, passed, len(tests))

@@ -21,7 +21,8 @@ on the host; `flywheel.environments.audit` zeroes tampering as `suspected_hack`)
 mode: the function takes one string and must return a `str` (exactly, so a str subclass
 with a lying __eq__ fails); outputs are compared after removing trailing newlines only. Reward = outcome = fraction of hidden tests passed.
 penalty = -0.1 when the code was found outside the asked-for ```python block and earned
-something (as in the math domain: charged only on credit, never below no answer).
+something (as in the math domain: charged only on credit, never below no answer;
+environments/scoring.py holds the penalty and the ladder of verdicts).
 Verdicts: pass, fail, timeout, error (sandbox broke), no_code (no code in the reply).
 What it does not do: accept outputs that differ only in whitespace inside lines or in
 key order.
@@ -38,8 +39,8 @@ from flywheel.environments.base import Draft, GeneratedTasks, SandboxEnvironment
 from flywheel.environments.harness import harness_job, read_report
 from flywheel.environments.parsing.code import CODE_BLOCK, extract_code
 from flywheel.environments.sandbox import ExecResult
+from flywheel.environments.scoring import format_penalty, graded_run
 
-FORMAT_PENALTY = -0.1
 N_HIDDEN = 6
 ENTRY = "transform"
 
@@ -347,8 +348,6 @@ class DataTransform(GeneratedTasks, SandboxEnvironment):
     def score(self, task, job, result: ExecResult):
         tests = json.loads(task.verifier_json)["tests"]
         total = len(tests)
-        if result.error:
-            return Score(0.0, "error", tests_total=total, error=result.error)
         outputs, res, problem = read_report(job, result)
         findings = audit_python(job.files["solution.py"])
         if problem == "forged":
@@ -356,22 +355,10 @@ class DataTransform(GeneratedTasks, SandboxEnvironment):
         passed = sum(
             isinstance(got, str) and got.rstrip("\n") == want.rstrip("\n") for got, (_, want) in zip(outputs, tests)
         )
-        outcome = passed / max(1, total)
-        if findings:  # paid nothing for trying, whatever it scored
-            return Score(0.0, "suspected_hack", outcome=outcome, penalty=-outcome, tests_passed=passed,
-                         tests_total=total, error="audit: " + "; ".join(findings))  # fmt: skip
-        if result.timed_out:
-            return Score(0.0, "timeout", tests_total=total, error="verification timed out")
-        if problem:
-            return Score(0.0, "fail", tests_total=total, error=problem)
         first_error = res.get("error", "")
         if not first_error and passed < total:
             wrong = next((g for g, (_, w) in zip(outputs, tests) if g is None or g.rstrip("\n") != w.rstrip("\n")), None)
             first_error = f"wrong output: {wrong!r}"[:300]
-        penalty = FORMAT_PENALTY if outcome > 0 and not json.loads(job.stdin)["fenced"] else 0.0
-        verdict = "pass" if passed == total else "timeout" if res.get("timed_out") else "fail"
+        penalty = format_penalty(passed / max(1, total), kept=json.loads(job.stdin)["fenced"])
         error = first_error + ("; code was not in a ```python block" if penalty else "")
-        return Score(
-            max(-1.0, min(1.0, outcome + penalty)), verdict, outcome=outcome, penalty=penalty,
-            tests_passed=passed, tests_total=total, error=error.lstrip("; "),
-        )  # fmt: skip
+        return graded_run(result, res, problem, findings, passed, total, penalty=penalty, error=error.lstrip("; "))

@@ -22,7 +22,7 @@ penalty = -0.1 (once) when a number field was given as a string ("$1,234.50", "1
 and its value was right: it is counted right, because the figure was found, but the
 stated format (JSON numbers, no units) was not kept. As in the math domain the penalty
 is charged only on credited fields, so it never ranks an answer below no answer.
-reward = clip(outcome + penalty, -1, 1).
+reward = clip(outcome + penalty, -1, 1) (penalty and clip: environments/scoring.py).
 Verdicts: pass, fail, no_code (here: no JSON object found in the completion).
 What it does not do: it does not accept nested objects ({"result": {...}}) or lists of
 objects, and it does not give partial credit within one field.
@@ -35,8 +35,8 @@ import json
 
 from flywheel.environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
 from flywheel.environments.parsing.json_object import check_field, find_last_object
+from flywheel.environments.scoring import clip_reward, format_penalty
 
-STRING_AS_NUMBER_PENALTY = -0.1
 SYLLABLES = ["nor", "va", "lex", "tri", "del", "ka", "mon", "ri", "sol", "ter", "qua", "zen", "bri", "o", "fal"]
 SUFFIXES = ["Systems", "Industries", "Labs", "Holdings", "Logistics", "Foods", "Energy", "Devices"]
 SEGMENTS = ["Cloud", "Hardware", "Services", "Retail", "Licensing", "Consulting", "Payments", "Ads"]
@@ -247,11 +247,11 @@ class DocExtraction(GeneratedTasks, CheckEnvironment):
             if not ok:
                 wrong.append(key)
         outcome = right / len(fields)
-        penalty = STRING_AS_NUMBER_PENALTY if stringly else 0.0
+        penalty = format_penalty(outcome, kept=not stringly)  # a right number given as a string
         error = f"wrong or missing: {', '.join(wrong)}" if wrong else ""
         if stringly:
             error = (error + "; " if error else "") + "a number was given as a string"
         return Score(
-            max(-1.0, min(1.0, outcome + penalty)), "pass" if not wrong else "fail", outcome=outcome,
+            clip_reward(outcome + penalty), "pass" if not wrong else "fail", outcome=outcome,
             penalty=penalty, tests_passed=right, tests_total=len(fields), error=error,
         )  # fmt: skip

@@ -26,8 +26,8 @@ penalty = -0.1 when a correct answer was found but the required format was not m
 answer line is not exactly `Answer: <plain number>` (units, `$`, bold, lower case) or
 the answer came from `\\boxed{}`. It is charged only when the outcome is positive, so
 a sloppy answer never ranks below no answer at all: 1 (right, formatted) > 0.9 (right,
-sloppy) > 0 (wrong, ambiguous or missing). The same rule holds in the extraction and
-data domains.
+sloppy) > 0 (wrong, ambiguous or missing). The same penalty and clip serve the extraction
+and data domains (environments/scoring.py).
 
 Verdicts: pass (correct), fail (wrong or ambiguous), no_code (here it means: no final
 answer could be read, neither an `Answer:` line with a number nor a `\\boxed{}`).
@@ -44,8 +44,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
 from flywheel.environments.base import CheckEnvironment, Draft, GeneratedTasks, Score, reply
+from flywheel.environments.scoring import clip_reward, format_penalty
 
-FORMAT_PENALTY = -0.1
 DEC_TOLERANCE = Fraction(1, 200)  # half of 0.01, the place the 2-decimal prompts ask for
 
 NAMES = ["Ana", "Ben", "Chloe", "Dev", "Elif", "Farid", "Greta", "Hiro", "Ines", "Jon",
@@ -263,8 +263,8 @@ class MathReasoning(GeneratedTasks, CheckEnvironment):
             return Score(0.0, verdict, outcome=0.0, tests_total=1, error=error)
         ok = is_correct(value, Fraction(v["exact"]), v["kind"])
         outcome = 1.0 if ok else 0.0
-        penalty = FORMAT_PENALTY if ok and not format_ok else 0.0
-        reward = max(-1.0, min(1.0, outcome + penalty))
+        penalty = format_penalty(outcome, kept=format_ok)
+        reward = clip_reward(outcome + penalty)
         error = "" if ok else f"expected {v['answer']}, got {value if value.denominator == 1 else float(value)}"
         return Score(
             reward, "pass" if ok else "fail", outcome=outcome, penalty=penalty,

@@ -47,9 +47,9 @@ from pathlib import Path
 from flywheel.environments.audit import code_like
 from flywheel.environments.base import SandboxEnvironment, Score, check_split, reply, split_of
 from flywheel.environments.sandbox import Job
+from flywheel.environments.scoring import tagged_report
 from flywheel.environments.sources.rg_worker import HARNESS
 from flywheel.environments.tagged import new_nonce
-from flywheel.environments.verifiers.answers import tagged_report
 from flywheel.storage.schema import TaskSpec, stable_id
 
 log = logging.getLogger(__name__)

@@ -45,8 +45,8 @@ from flywheel.environments.parsing.final_answer import extract_answer, normalise
 from flywheel.environments.parsing.json_object import check_field, find_last_object
 from flywheel.environments.parsing.numbers import finite_number, is_finite_number, read_number
 from flywheel.environments.sandbox import ExecResult, Job
+from flywheel.environments.scoring import graded_run, tagged_report
 from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
-from flywheel.environments.verifiers.python_tests import cases_score
 
 HOST_KINDS = ("exact", "numeric", "json_fields", "regex")
 SANDBOX_KINDS = ("math", "python_tests", "python_io")
@@ -118,23 +118,6 @@ def check_regex(pattern: str, completion: str) -> Score:
 
 
 # ---- harnesses that report one tagged line (environments/tagged.py) ----------------------
-def tagged_report(job: Job, result: ExecResult, what: str) -> dict | Score:
-    """The harness's report, or the Score when there is none to read: the sandbox broke,
-    the job timed out, a line was forged, or the harness says its library is missing."""
-    if result.error:
-        return Score(0.0, "error", tests_total=1, error=result.error)
-    if result.timed_out:
-        return Score(0.0, "timeout", tests_total=1, error=f"{what} timed out")
-    report, problem = read_tagged(job, result)
-    if problem == "forged":
-        return Score(0.0, "suspected_hack", tests_total=1, error="audit: a forged or malformed result line")
-    if report is None:
-        return Score(0.0, "error", tests_total=1, error=f"{what}: {problem}")
-    if report.get("infra"):
-        return Score(0.0, "error", tests_total=1, error=report.get("error", ""))
-    return report
-
-
 # ---- math: math-verify in the sandbox -----------------------------------------------------
 # the sandbox cannot import our package: safe_parse.py goes in as text
 MATH_HARNESS = PRELUDE + Path(safe_parse.__file__).read_text(encoding="utf-8") + r"""
@@ -223,11 +206,9 @@ def _lines(text: str) -> list[str]:
 
 def score_io(job: Job, result: ExecResult, expected: list[str]) -> Score:
     total = len(expected)
-    if result.error:
-        return Score(0.0, "error", tests_total=total, error=result.error)
     findings = [f for f in audit_python(job.files["solution.py"]) if not f.startswith(IO_ALLOWED)]
     report, problem = read_tagged(job, result)
     outputs = report.get("outputs", []) if report else []
     passed = sum(isinstance(got, str) and _lines(got) == _lines(want) for got, want in zip(outputs, expected))
-    return cases_score(result, report, problem, findings, passed, total)
+    return graded_run(result, report, problem, findings, passed, total)
 

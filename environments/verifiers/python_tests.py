@@ -34,6 +34,7 @@ from flywheel.environments.base import Score
 from flywheel.environments.isolated import PARENT
 from flywheel.environments.parsing.code import extract_code
 from flywheel.environments.sandbox import ExecResult, Job
+from flywheel.environments.scoring import graded_run
 from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
 
 # One definition, used on the host for the expected values and in the harness's trusted
@@ -210,8 +211,6 @@ def tests_job(split: dict, completion: str, prefix: str = "", test_timeout_s: in
 def score_tests(split: dict, job: Job, result: ExecResult) -> Score:
     cases = split["cases"]
     total = len(cases) + (split["rest"] is not None)
-    if result.error:
-        return Score(0.0, "error", tests_total=total, error=result.error)
     findings = audit_python(job.files["model.py"])
     report, problem = read_tagged(job, result)
     outputs = report.get("outputs", []) if report else []
@@ -222,24 +221,5 @@ def score_tests(split: dict, job: Job, result: ExecResult) -> Score:
         except (ValueError, TypeError):
             pass
     passed += bool(report and report.get("rest_ok"))
-    return cases_score(result, report, problem, findings, passed, total)
+    return graded_run(result, report, problem, findings, passed, total)
 
-
-def cases_score(result: ExecResult, report: dict | None, problem: str, findings: list[str], passed: int,
-                total: int) -> Score:  # fmt: skip
-    """The verdict on a harness run of `total` cases (this file's and `python_io`'s):
-    zero as `suspected_hack` when the audit found something or the report line was forged
-    (the share that passed is kept as the penalty), else the share passed."""
-    frac = passed / max(1, total)
-    if findings or problem == "forged":
-        why = "; ".join(findings) or "a forged or malformed result line"
-        return Score(0.0, "suspected_hack", outcome=frac, penalty=-frac, tests_passed=passed, tests_total=total,
-                     error="audit: " + why)  # fmt: skip
-    if result.timed_out:
-        return Score(0.0, "timeout", tests_total=total, error="verification timed out")
-    if report is None:
-        return Score(0.0, "fail", tests_total=total, error=problem)
-    verdict = "pass" if passed == total else "timeout" if report.get("timed_out") else "fail"
-    return Score(
-        frac, verdict, outcome=frac, tests_passed=passed, tests_total=total, error=report.get("error", "")
-    )
