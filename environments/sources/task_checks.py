@@ -4,16 +4,18 @@ A `python_tests` or `python_io` row is only worth training on when its tests tel
 right solution from a wrong one. Two checks, both structural (nothing here looks for
 words in the tests):
 
-- at parse time, on the tests' syntax tree (`never_calls`): tests with no case and no
-  other code that touches the function under test (or that define that name themselves,
-  shadowing the candidate) cannot fail a candidate;
+- at parse time, on the tests' syntax tree (`never_calls`, environments/verifiers/
+  python_tests.py, when the row is read): tests with no case and no other code that
+  touches the function under test (or that define that name themselves, shadowing the
+  candidate) cannot fail a candidate;
 - once per file load, in the sandbox (`check_rows`, called by FileTasks.validate when the
   run has its sandbox, as reward_functions.probe is): the row's reference solution, when
   it has one, must pass, and none of a few stubs may (returns None, returns its first
   argument, returns True, raises; for programs: prints nothing, echoes its input). A row
   the reference fails is quarantined "reference fails: ...", one a stub passes "tests
-  nothing: a stub passes (...)". Scoring goes through the row's own verifier
-  (environments/verifiers/python_tests.py, environments/verifiers/answers.py), as a completion's would.
+  nothing: a stub passes (...)". Scoring goes through the row's own verifier kind
+  (environments/verifiers/), as a completion's would. Which rows are checked, and with
+  which stubs, is what their kind says a solution is: a function or a program.
 
 Verdicts are cached in memory per process by the row's content (verifier, tests, prefix,
 reference), so a file re-read in the same process is not run again; nothing is written to
@@ -29,9 +31,11 @@ import ast
 
 from flywheel.environments.base import Score
 from flywheel.environments.parsing.code import extract_code
+from flywheel.environments.verifiers import KINDS
 from flywheel.storage.schema import stable_id
 
 CHECK_VERSION = "2"
+CODE = ("function", "program")  # the kinds whose rows are tests of code: those are checked
 _STUB_BODIES = {
     "returns None": "return None",
     "returns its first argument": "return {first}",
@@ -45,47 +49,12 @@ _STUB_PROGRAMS = {
 _VERDICTS: dict[str, str] = {}  # row content -> "" (kept) or the reason it is quarantined
 
 
-def never_calls(split: dict) -> str:
-    """Why tests split by python_tests.split_tests cannot fail any candidate, else ""."""
-    entry = split["entry"]
-    if split["cases"]:  # each case calls the candidate itself
-        return ""
-    if split["rest"] is None:
-        return f"the tests never call {entry}"
-    tree = ast.parse(split["rest"])
-    if split["calls_check"]:  # HumanEval: check(candidate) must use its parameter
-        check = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check")
-        param = check.args.args[0].arg if check.args.args else None
-        if param is None or not _reads(check, param):
-            return f"the tests' check({param or ''}) never uses the candidate"
-        return ""
-    for node in tree.body:  # module level: a name the tests bind themselves shadows the candidate
-        if entry in _bound(node):
-            return f"the tests define {entry} themselves, so the candidate is never called"
-    return "" if _reads(tree, entry) else f"the tests never call {entry}"
-
-
-def _reads(tree: ast.AST, name: str) -> bool:
-    return any(
-        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree)
-    )
-
-
-def _bound(node: ast.stmt) -> set[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {node.name}
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return {(a.asname or a.name).split(".")[0] for a in node.names}
-    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
-
-
 def _key(row) -> str:
     return stable_id("row-check", CHECK_VERSION, row.verifier, row.tests, row.prefix, row.reference)
 
 
 def _stubs(row) -> dict[str, str]:
-    if row.verifier == "python_io":
+    if KINDS[row.verifier].solution == "program":
         return {name: f"```python\n{code}```" for name, code in _STUB_PROGRAMS.items()}
     entry = row.tests["entry"]
     params, first = _signature(row, entry)
@@ -122,7 +91,7 @@ def _signature(row, entry: str) -> tuple[str, str]:
 def check_rows(sandbox, env, rows: list) -> tuple[dict[str, str], int]:
     """({row key: reason} for the rows to quarantine, how many were run now). `env` gives
     the task of a row (`task_of`) and scores completions of it (`job`, `score`)."""
-    todo = [r for r in rows if r.verifier in ("python_tests", "python_io") and _key(r) not in _VERDICTS]
+    todo = [r for r in rows if KINDS[r.verifier].solution in CODE and _key(r) not in _VERDICTS]
     ran = len(todo)
     for attempt in range(2):  # a timeout or a broken sandbox gets one more try
         runs = []  # (row, label, task, job)

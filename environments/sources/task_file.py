@@ -9,13 +9,14 @@ the rows' `level`s. `make_tasks(split, level, seed, count)` draws without replac
 in an order fixed by the seed, so each cycle's seed gives its own subset.
 
 Rows whose tests cannot fail a candidate are quarantined too: at parse time when the
-tests never touch the function (environments/sources/task_checks.py `never_calls`), and by
+tests never touch the function (environments/verifiers/python_tests.py `never_calls`), and by
 `validate(sandbox)`, which the run calls once its sandbox is up (flywheel/run/runtime.py),
 when the row's reference fails its own tests or a stub passes them.
 
-Verification is per row (environments/verifiers/answers.py): the host kinds are checked
-without the sandbox (`job` returns their Score), the others run there. Rows without a
-verifier (`none`) are scored by `reward.functions` alone (`Score.graded` is False).
+Verification is per row, through the row's verifier kind (environments/verifiers/: the
+table `KINDS`): the host kinds are checked without the sandbox (`job` returns their
+Score), the others run there. Rows without a verifier (`none`) are scored by
+`reward.functions` alone (`Score.graded` is False).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flywheel.environments.base import SandboxEnvironment, Score, check_split, reply, split_of
+from flywheel.environments.base import SandboxEnvironment, check_split, reply, split_of
 from flywheel.environments.sources.task_checks import check_rows
-from flywheel.environments.sources.task_rows import Row, RowError, normalise, read_rows
-from flywheel.environments.verifiers import answers as v
-from flywheel.environments.verifiers.python_tests import score_tests, tests_job
+from flywheel.environments.sources.task_rows import Row, normalise, read_rows
+from flywheel.environments.verifiers import KINDS, kind_of
+from flywheel.environments.verifiers.base import RowError
 from flywheel.storage.schema import TaskSpec, stable_id
 
 VERSION = "1"
@@ -145,30 +146,11 @@ class FileTasks(SandboxEnvironment):
 
     def job(self, task, completion):
         spec = json.loads(task.verifier_json)
-        kind, answer, tol = spec["kind"], spec["answer"], spec.get("tolerance")
-        if kind == "exact":
-            return v.check_exact(answer, completion)
-        if kind == "numeric":
-            return v.check_numeric(answer, completion, tol)
-        if kind == "json_fields":
-            return v.check_json_fields(answer, completion, tol)
-        if kind == "regex":
-            return v.check_regex(answer, completion)
-        if kind == "math":
-            return v.math_job(answer, completion)
-        if kind == "python_tests":
-            return tests_job(spec["tests"], completion, spec.get("prefix", ""))
-        if kind == "python_io":
-            return v.io_job(completion, [t["input"] for t in spec["tests"]])
-        return Score(0.0, "fail", graded=False)  # "none": reward.functions score it
+        return kind_of(spec["kind"]).job(spec, completion)
 
     def score(self, task, job, result):
         spec = json.loads(task.verifier_json)
-        if spec["kind"] == "math":
-            return v.score_math(job, result)
-        if spec["kind"] == "python_tests":
-            return score_tests(spec["tests"], job, result)
-        return v.score_io(job, result, [t["output"] for t in spec["tests"]])
+        return KINDS[spec["kind"]].score(spec, job, result)
 
 
 def _preview(raw) -> str:

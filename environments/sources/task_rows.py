@@ -23,7 +23,8 @@ The shapes users arrive with are read as such: TRL (`prompt` plus columns), veRL
 `canonical_solution`) and MBPP (`text`, `test_list`, `code`).
 
 A row that cannot be used is quarantined with its file, line and reason, and the rest
-go on. Nothing here runs the tests: they are parsed (environments/verifiers/python_tests.py).
+go on. A row's answer or tests are checked by its verifier kind (environments/verifiers/,
+`prepare`); nothing here runs the tests: they are parsed (verifiers/python_tests.py).
 """
 
 from __future__ import annotations
@@ -37,24 +38,19 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flywheel.environments.parsing.numbers import parse_number
-from flywheel.environments.sources.task_checks import never_calls
-from flywheel.environments.verifiers.answers import KINDS
+from flywheel.environments.verifiers import KINDS
+from flywheel.environments.verifiers.base import RowError
 from flywheel.environments.verifiers.python_tests import TestsError, split_tests
 from flywheel.storage.schema import stable_id
 
 MAX_PROMPT_CHARS = 100_000
 MAX_DEPTH = 64  # nesting levels a row may have; deeper ones are quarantined
-KNOWN = (*KINDS, "none")
+KNOWN = tuple(KINDS)  # the verifier kinds, in the order errors name them
 SPLITS = {"train": "train", "eval": "eval", "test": "eval", "validation": "eval", "valid": "eval", "dev": "eval"}
 RESERVED = {"prompt", "answer", "tests", "verifier", "id", "level", "split", "metadata", "entry_point", "tolerance",
             "reference", "task_id", "test", "canonical_solution", "text", "test_list", "code", "test_setup_code",
             "challenge_test_list", "reward_model", "reward_spec", "data_source", "ability", "extra_info"}  # fmt: skip
 CODER = "You are a careful Python programmer."
-
-
-class RowError(ValueError):
-    pass
 
 
 @dataclass
@@ -158,23 +154,7 @@ def normalise(raw: dict, eval_only: bool = False) -> Row:
     tolerance = raw.get("tolerance")
     if tolerance is not None and not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance >= 0):
         raise RowError(f"tolerance must be a number >= 0, not {tolerance!r}")
-    if verifier in ("exact", "numeric", "math", "regex", "json_fields"):
-        answer = _checked_answer(verifier, answer)
-    elif verifier == "python_tests" and split_done is None:
-        if tests is None:
-            raise RowError("verifier python_tests needs tests")
-        try:
-            tests = split_tests(tests, entry, raw.get("code"))
-        except TestsError as exc:
-            raise RowError(str(exc)) from exc
-    elif verifier == "python_io":
-        if not isinstance(tests, list) or not tests or not all(
-            isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str) for t in tests):  # fmt: skip
-            raise RowError("verifier python_io needs tests: a list of {input: text, output: text}")
-    if verifier == "python_tests":
-        why = never_calls(tests)  # tests that cannot fail a candidate (environments/sources/task_checks.py)
-        if why:
-            raise RowError(why)
+    answer, tests = KINDS[verifier].prepare(answer, tests, entry, raw.get("code"), presplit=split_done is not None)
     level = raw.get("level", 1)
     if isinstance(level, bool) or not isinstance(level, int) or level < 1:
         raise RowError(f"level must be an integer >= 1, not {level!r}")
@@ -191,58 +171,6 @@ def normalise(raw: dict, eval_only: bool = False) -> Row:
         tolerance=tolerance, prefix=prefix, text_prompt=text_prompt, metadata=metadata, columns=columns,
         reference=reference if isinstance(reference, str) and reference.strip() else None,
     )  # fmt: skip
-
-
-def _checked_answer(verifier: str, answer):
-    if answer is None:
-        raise RowError(f"verifier {verifier} needs an answer, and the row has none")
-    if isinstance(answer, float) and not math.isfinite(answer):
-        raise RowError(f"answer is {answer}")
-    if verifier == "numeric":
-        try:  # "1e400" parses as a Fraction whose float overflows; a 400-digit int has no float
-            value = answer if isinstance(answer, (int, float)) and not isinstance(answer, bool) else parse_number(str(answer))
-            if value is not None and not math.isfinite(float(value)):
-                raise OverflowError
-        except OverflowError:
-            raise RowError(f"answer {str(answer)[:40]!r} is beyond the range of a float") from None
-        if value is None:
-            raise RowError(f"verifier numeric needs a number, not {answer!r}")
-        return value
-    if verifier == "json_fields":
-        if isinstance(answer, str):
-            try:
-                answer = json.loads(answer)
-            except ValueError:
-                pass
-        if not isinstance(answer, dict) or not answer:
-            raise RowError("verifier json_fields needs an object of expected fields as answer")
-        _finite_numbers(answer, "answer")
-        return answer
-    if verifier == "regex":
-        try:
-            re.compile(str(answer))
-        except re.error as exc:
-            raise RowError(f"answer is not a valid regular expression: {exc}") from exc
-    if verifier == "exact" and isinstance(answer, list):
-        return [str(a) for a in answer]
-    return str(answer)
-
-
-def _finite_numbers(value, where: str) -> None:
-    """RowError naming the field of a number no float holds (inf, nan, a 400-digit int)."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _finite_numbers(v, f"{where}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _finite_numbers(v, f"{where}[{i}]")
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            ok = math.isfinite(float(value))
-        except OverflowError:
-            ok = False
-        if not ok:
-            raise RowError(f"{where} is a number beyond the range of a float")
 
 
 def read_rows(path: str):

@@ -30,10 +30,8 @@ import json
 from dataclasses import dataclass
 
 from flywheel.environments.sources.task_file import FileTasks, TaskFileError
-from flywheel.environments.verifiers.answers import HOST_KINDS
+from flywheel.environments.verifiers import KINDS, kind_of
 from flywheel.storage.schema import TaskSpec
-
-ANSWER_KINDS = ("exact", "numeric", "math", "json_fields", "regex")
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ def trace_rows(table, workload: dict):
         rating = r["rating"]
         answer = r["corrected"] if r["corrected"] is not None else (
             logged if rating is not None and rating >= negative_below else None)  # fmt: skip
-        if answer is None and verifier in ANSWER_KINDS:
+        if answer is None and kind_of(verifier).solution == "answer":
             yield where, None, f"no expected answer for verifier {verifier}: no correction and no positive rating"
             continue
         raw = {
@@ -100,7 +98,7 @@ class TraceTasks(FileTasks):
             for row in rows:
                 failed = bool(row.metadata.get("negative"))
                 logged = row.metadata.get("logged")
-                if not failed and row.verifier in HOST_KINDS and logged is not None:
+                if not failed and KINDS[row.verifier].host and logged is not None:
                     failed = self.job(self._task(row, "train"), logged).verdict != "pass"
                 row.metadata["logged_failed"] = failed
 

@@ -1,4 +1,4 @@
-"""Verifier kinds of task files (environments/sources/task_file.py), one function each.
+"""The answer kinds: a completion's answer compared with the row's expected one.
 
 On the host, for checks that never execute or evaluate model text (`check_*`):
   exact        the answer, normalised (case, spaces, quotes, a final period), equals one
@@ -7,14 +7,14 @@ On the host, for checks that never execute or evaluate model text (`check_*`):
                1e-6 relative) of the expected number. Numbers are floats: an answer
                beyond float range (1e400, a 400-digit integer) or not finite (inf, nan)
                scores 0 with the reason, an expected answer like that is an `error`
-               (task_rows should refuse such a row at load: `finite_number`), and an
+               (a row's answer is refused at load, `Numeric.prepare`), and an
                exponent is bounded before anything is computed from it;
   json_fields  the last JSON object in the completion, field by field (strings
                normalised, numbers within tolerance); reward = share of fields right;
   regex        the answer matches the row's pattern in full. The pattern is the user's:
                a pattern that backtracks badly on some answer stalls the score stage
                (answers are cut to 10,000 characters first).
-In the sandbox, for what runs or parses model text (`*_job` + `score_*`):
+In the sandbox (`math_job` + `score_math`):
   math         math-verify's parse and verify, inside environments/parsing/safe_parse.guarded():
                its LaTeX path (latex2sympy2's ANTLR parser) builds sympy objects without
                running text, and the plain-expression path's `parse_expr` (which in sympy
@@ -22,36 +22,33 @@ In the sandbox, for what runs or parses model text (`*_job` + `score_*`):
                never executes, so the completion cannot run code beside the report.
                A completion with code-like text (dunders, imports, eval/exec/sympify
                calls, read after NFKC folding as Python reads identifiers) is also
-               refused unread as a suspected hack: a second signal, not the wall;
-  python_tests the row's tests (see environments/verifiers/python_tests.py);
-  python_io    the program runs once per case on its stdin; stdout is compared on the host.
+               refused unread as a suspected hack: a second signal, not the wall.
 
 The answer of the host kinds and of `math`'s refusal check is read from the completion
-by `extract_answer`: the last <answer>...</answer>, else the last `Answer:` line, else
-the last \\boxed{...}, else the last non-empty line.
+by `extract_answer` (environments/parsing/final_answer.py): the last <answer>...</answer>,
+else the last `Answer:` line, else the last \\boxed{...}, else the last non-empty line.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
-from flywheel.environments.audit import audit_python, code_like
+from flywheel.environments.audit import code_like
 from flywheel.environments.base import Score
 from flywheel.environments.parsing import safe_parse
-from flywheel.environments.parsing.code import extract_code
 from flywheel.environments.parsing.final_answer import extract_answer, normalise
 from flywheel.environments.parsing.json_object import check_field, find_last_object
-from flywheel.environments.parsing.numbers import finite_number, is_finite_number, read_number
+from flywheel.environments.parsing.numbers import finite_number, is_finite_number, parse_number, read_number
 from flywheel.environments.sandbox import ExecResult, Job
-from flywheel.environments.scoring import graded_run, tagged_report
-from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
+from flywheel.environments.scoring import tagged_report
+from flywheel.environments.tagged import PRELUDE, new_nonce
+from flywheel.environments.verifiers.base import RowError, VerifierKind
 
-HOST_KINDS = ("exact", "numeric", "json_fields", "regex")
-SANDBOX_KINDS = ("math", "python_tests", "python_io")
-KINDS = (*HOST_KINDS, *SANDBOX_KINDS)
 MAX_ANSWER_CHARS = 10_000
+
 
 def _graded(ok: bool, error: str = "") -> Score:
     return Score(float(ok), "pass" if ok else "fail", outcome=float(ok), tests_passed=int(ok), tests_total=1,
@@ -117,7 +114,6 @@ def check_regex(pattern: str, completion: str) -> Score:
     return _graded(re.fullmatch(pattern, got.strip(), re.DOTALL) is not None, f"{got[:200]!r} does not match")
 
 
-# ---- harnesses that report one tagged line (environments/tagged.py) ----------------------
 # ---- math: math-verify in the sandbox -----------------------------------------------------
 # the sandbox cannot import our package: safe_parse.py goes in as text
 MATH_HARNESS = PRELUDE + Path(safe_parse.__file__).read_text(encoding="utf-8") + r"""
@@ -156,59 +152,104 @@ def score_math(job: Job, result: ExecResult) -> Score:
     return _graded(bool(report.get("ok")), report.get("error") or "not equivalent to the expected answer")
 
 
-# ---- python_io: a program's stdout for each stdin ------------------------------------------
-IO_HARNESS = PRELUDE + r"""
-import io, sys, _signal
-def on_alarm(*_):
-    raise TimeoutError("case took too long")
-_signal.signal(_signal.SIGALRM, on_alarm)
-fd = os.open("solution.py", os.O_RDONLY)
-try:
-    code = compile(read_all(fd), "solution.py", "exec")
-except BaseException as e:
-    report(outputs=[], error=f"solution does not compile: {type(e).__name__}: {e}"[:300])
-outputs, first_error = [], ""
-for text in spec["inputs"]:
-    sys.stdin = io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8")
-    sys.stdout = buf = io.StringIO()
-    try:
-        _signal.alarm(spec["case_timeout_s"])
-        exec(code, {"__name__": "__main__"})
-    except SystemExit:
-        pass
-    except BaseException as e:
-        first_error = first_error or f"{type(e).__name__}: {e}"[:300]
-    finally:
-        _signal.alarm(0)
-    outputs.append(buf.getvalue()[-65536:])
-report(outputs=outputs, error=first_error)
-"""
-# what a stdin/stdout program does that a pure function must not: read and write its own
-# streams, and leave with exit()
-IO_ALLOWED = ("uses sys.stdin", "uses sys.stdout", "uses sys.exit", "uses exit", "uses quit", "imports sys.stdin",
-              "imports sys.stdout", "imports sys.exit")  # fmt: skip
+# ---- the kinds, as task files name them ---------------------------------------------------
+class AnswerKind(VerifierKind):
+    """A kind whose row holds the expected answer: a row without one is refused, and so is
+    an answer no float holds; `answer` keeps it in this kind's form."""
+
+    def prepare(self, answer, tests, entry=None, code=None, presplit=False):
+        if answer is None:
+            raise RowError(f"verifier {self.name} needs an answer, and the row has none")
+        if isinstance(answer, float) and not math.isfinite(answer):
+            raise RowError(f"answer is {answer}")
+        return self.answer(answer), tests
+
+    def answer(self, answer):
+        return str(answer)
 
 
-def io_job(completion: str, inputs: list[str], case_timeout_s: int = 2) -> Job | Score:
-    code = extract_code(completion, "main")
-    if not code or not code.strip():
-        return Score(0.0, "no_code", tests_total=len(inputs), error="no code in completion")
-    spec = {"nonce": new_nonce(), "inputs": inputs, "case_timeout_s": case_timeout_s}
-    return Job(["python", "-I", "-c", IO_HARNESS], files={"solution.py": code}, stdin=json.dumps(spec))
+class Exact(AnswerKind):
+    name, host = "exact", True
+
+    def answer(self, answer):
+        return [str(a) for a in answer] if isinstance(answer, list) else str(answer)
+
+    def job(self, spec, completion):
+        return check_exact(spec["answer"], completion)
 
 
-def _lines(text: str) -> list[str]:
-    out = [ln.rstrip() for ln in str(text).splitlines()]
-    while out and not out[-1]:
-        out.pop()
-    return out
+class Numeric(AnswerKind):
+    name, host = "numeric", True
+
+    def answer(self, answer):
+        try:  # "1e400" parses as a Fraction whose float overflows; a 400-digit int has no float
+            value = answer if isinstance(answer, (int, float)) and not isinstance(answer, bool) else parse_number(str(answer))
+            if value is not None and not math.isfinite(float(value)):
+                raise OverflowError
+        except OverflowError:
+            raise RowError(f"answer {str(answer)[:40]!r} is beyond the range of a float") from None
+        if value is None:
+            raise RowError(f"verifier numeric needs a number, not {answer!r}")
+        return value
+
+    def job(self, spec, completion):
+        return check_numeric(spec["answer"], completion, spec.get("tolerance"))
 
 
-def score_io(job: Job, result: ExecResult, expected: list[str]) -> Score:
-    total = len(expected)
-    findings = [f for f in audit_python(job.files["solution.py"]) if not f.startswith(IO_ALLOWED)]
-    report, problem = read_tagged(job, result)
-    outputs = report.get("outputs", []) if report else []
-    passed = sum(isinstance(got, str) and _lines(got) == _lines(want) for got, want in zip(outputs, expected))
-    return graded_run(result, report, problem, findings, passed, total)
+class JsonFields(AnswerKind):
+    name, host = "json_fields", True
 
+    def answer(self, answer):
+        if isinstance(answer, str):
+            try:
+                answer = json.loads(answer)
+            except ValueError:
+                pass
+        if not isinstance(answer, dict) or not answer:
+            raise RowError("verifier json_fields needs an object of expected fields as answer")
+        _finite_numbers(answer, "answer")
+        return answer
+
+    def job(self, spec, completion):
+        return check_json_fields(spec["answer"], completion, spec.get("tolerance"))
+
+
+def _finite_numbers(value, where: str) -> None:
+    """RowError naming the field of a number no float holds (inf, nan, a 400-digit int)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _finite_numbers(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _finite_numbers(v, f"{where}[{i}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            ok = math.isfinite(float(value))
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise RowError(f"{where} is a number beyond the range of a float")
+
+
+class Regex(AnswerKind):
+    name, host = "regex", True
+
+    def answer(self, answer):
+        try:
+            re.compile(str(answer))
+        except re.error as exc:
+            raise RowError(f"answer is not a valid regular expression: {exc}") from exc
+        return str(answer)
+
+    def job(self, spec, completion):
+        return check_regex(spec["answer"], completion)
+
+
+class Math(AnswerKind):
+    name = "math"
+
+    def job(self, spec, completion):
+        return math_job(spec["answer"], completion)
+
+    def score(self, spec, job, result):
+        return score_math(job, result)

@@ -18,9 +18,14 @@ Tests are split on the host by reading their syntax tree (never by running them)
   object cannot override `==`, `-` or `abs`, and nothing the solution does in its process
   reaches the nonce or the report.
 Reward = share of cases passed, the rest counting as one more case; `pass` only when
-all pass (HumanEval's pass@1 is that verdict). Known difference from running the tests
-next to the solution: a test that looks at how the function mutated its arguments, or
-passes it a function or another non-plain value, fails.
+all pass (HumanEval's pass@1 is that verdict; the ladder of verdicts is
+environments/scoring.py's). Known difference from running the tests next to the
+solution: a test that looks at how the function mutated its arguments, or passes it a
+function or another non-plain value, fails.
+
+When the file is read, the kind (`PythonTests.prepare`) refuses tests that do not parse,
+name no function, or can never fail a candidate (`never_calls`: no case and no other code
+that touches the function, or code that defines that name itself).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from flywheel.environments.parsing.code import extract_code
 from flywheel.environments.sandbox import ExecResult, Job
 from flywheel.environments.scoring import graded_run
 from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
+from flywheel.environments.verifiers.base import RowError, VerifierKind
 
 # One definition, used on the host for the expected values and in the harness's trusted
 # process for the returned ones (plain values there: the solution's process sent data).
@@ -223,3 +229,63 @@ def score_tests(split: dict, job: Job, result: ExecResult) -> Score:
     passed += bool(report and report.get("rest_ok"))
     return graded_run(result, report, problem, findings, passed, total)
 
+
+def never_calls(split: dict) -> str:
+    """Why tests split by python_tests.split_tests cannot fail any candidate, else ""."""
+    entry = split["entry"]
+    if split["cases"]:  # each case calls the candidate itself
+        return ""
+    if split["rest"] is None:
+        return f"the tests never call {entry}"
+    tree = ast.parse(split["rest"])
+    if split["calls_check"]:  # HumanEval: check(candidate) must use its parameter
+        check = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check")
+        param = check.args.args[0].arg if check.args.args else None
+        if param is None or not _reads(check, param):
+            return f"the tests' check({param or ''}) never uses the candidate"
+        return ""
+    for node in tree.body:  # module level: a name the tests bind themselves shadows the candidate
+        if entry in _bound(node):
+            return f"the tests define {entry} themselves, so the candidate is never called"
+    return "" if _reads(tree, entry) else f"the tests never call {entry}"
+
+
+def _reads(tree: ast.AST, name: str) -> bool:
+    return any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree)
+    )
+
+
+def _bound(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+class PythonTests(VerifierKind):
+    name = "python_tests"
+    solution = "function"
+
+    def prepare(self, answer, tests, entry=None, code=None, presplit=False):
+        """Tests split into host-compared cases and the rest (`split_tests`); refused when
+        they do not parse, name no function, or can never fail a candidate (`never_calls`)."""
+        if not presplit:
+            if tests is None:
+                raise RowError("verifier python_tests needs tests")
+            try:
+                tests = split_tests(tests, entry, code)
+            except TestsError as exc:
+                raise RowError(str(exc)) from exc
+        why = never_calls(tests)
+        if why:
+            raise RowError(why)
+        return answer, tests
+
+    def job(self, spec, completion):
+        return tests_job(spec["tests"], completion, spec.get("prefix", ""))
+
+    def score(self, spec, job, result):
+        return score_tests(spec["tests"], job, result)
