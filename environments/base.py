@@ -12,7 +12,7 @@ and score stages dispatch on that kind once:
   final Score when there is nothing to run: no code in the completion, or a row of a
   task file whose check needs none) and `score(task, job, result)` reads its result;
   for unit tests, math-verify, user reward code: anything that runs or parses model text;
-- `MultiTurnEnvironment` (environments/agentic.py, "episode"): the model works with tools
+- `MultiTurnEnvironment` (environments/toolkit/agentic.py, "episode"): the model works with tools
   in a sandbox workspace; the episode runner scores the final state there.
 
 `GeneratedTasks` is the helper of the seeded generators: `generate(level, rng)` returns a

@@ -26,7 +26,7 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flywheel.environments.agentic import RewardWeights
+from flywheel.environments.toolkit.agentic import RewardWeights
 from flywheel.reports.progress import stage
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines import SamplingSpec

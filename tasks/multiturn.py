@@ -48,11 +48,11 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
-from flywheel.environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment, RewardWeights
+from flywheel.environments.toolkit.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment, RewardWeights
 from flywheel.environments.base import Score
 from flywheel.environments.sandbox import Limits
-from flywheel.environments.tool_formats import ToolFormat, pick, template_has_tools
-from flywheel.environments.tools import InvalidCall, execute, parse_tool_calls, step_record, tool_specs, truncate
+from flywheel.environments.toolkit.tool_formats import ToolFormat, pick, template_has_tools
+from flywheel.environments.toolkit.tools import InvalidCall, execute, parse_tool_calls, step_record, tool_specs, truncate
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines.base import Sample, SamplingSpec
 from flywheel.policy.engines.requests import open_requests
@@ -385,7 +385,7 @@ def play_reference(tokenizer, sandbox, task, env, messages: list[dict], *, max_t
     """The episode of `env.reference(task)` (`messages`, one assistant message per turn),
     its tool calls executed in a real workspace and the result scored: an SFT
     demonstration whose observation tokens are marked NaN, as in a policy episode."""
-    from flywheel.environments.agentic import tool_call_text
+    from flywheel.environments.toolkit.agentic import tool_call_text
 
     fmt = pick(tokenizer, tool_format)
     replies = [tool_call_text(m, fmt) for m in messages]

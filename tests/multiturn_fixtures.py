@@ -10,7 +10,7 @@ import time
 import pytest
 
 from flywheel.environments.sandbox import Limits
-from flywheel.environments.tools import ToolCall, execute, step_record
+from flywheel.environments.toolkit.tools import ToolCall, execute, step_record
 from flywheel.policy.engines.base import Engine, Sample
 from flywheel.policy.engines.requests import ContinuousBatching, Requests
 

@@ -58,7 +58,7 @@ def test_run_id_is_generated_once():
 
 
 def test_process_reward_weights_reach_the_multi_turn_score():
-    from flywheel.environments.agentic import RewardWeights, combine
+    from flywheel.environments.toolkit.agentic import RewardWeights, combine
 
     cfg = FlywheelConfig.model_validate({"reward": {"valid_weight": 0.0, "progress_weight": 0.5}})
     r = cfg.reward

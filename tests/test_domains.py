@@ -83,7 +83,7 @@ def test_references_pass_their_own_verifier(domain):
 
 
 def test_every_domain_declares_one_of_three_kinds():
-    from flywheel.environments.agentic import MultiTurnEnvironment
+    from flywheel.environments.toolkit.agentic import MultiTurnEnvironment
     from flywheel.environments.base import CheckEnvironment, SandboxEnvironment
 
     for name in DOMAINS:

@@ -9,7 +9,7 @@ import json
 import math
 
 from flywheel.environments import get_environment
-from flywheel.environments.tool_formats import BY_NAME
+from flywheel.environments.toolkit.tool_formats import BY_NAME
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines.base import SamplingSpec
 from flywheel.tasks.multiturn import no_call, run_episodes

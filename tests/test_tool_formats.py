@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from flywheel.environments import get_environment
-from flywheel.environments.tool_formats import BY_NAME, detect, pick, template_has_tools
-from flywheel.environments.tools import InvalidCall, ToolCall, parse_tool_calls
+from flywheel.environments.toolkit.tool_formats import BY_NAME, detect, pick, template_has_tools
+from flywheel.environments.toolkit.tools import InvalidCall, ToolCall, parse_tool_calls
 
 DATA = Path(__file__).parent / "data"
 

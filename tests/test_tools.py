@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from flywheel.environments.sandbox import Limits
-from flywheel.environments.tools import (
+from flywheel.environments.toolkit.tools import (
     InvalidCall,
     ToolCall,
     execute,

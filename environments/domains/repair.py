@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import json
 
-from flywheel.environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
 from flywheel.environments.audit import audit_commands, audit_python
 from flywheel.environments.base import Draft, GeneratedTasks
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged_output
+from flywheel.environments.toolkit.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
 from flywheel.storage.schema import TaskSpec
 
 VERBS = ["scale", "tally", "window", "bound", "share", "shift", "merge", "score"]

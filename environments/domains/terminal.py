@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import json
 
-from flywheel.environments.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
 from flywheel.environments.audit import audit_commands
 from flywheel.environments.base import Draft, GeneratedTasks
 from flywheel.environments.sandbox import Limits
+from flywheel.environments.toolkit.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment
 from flywheel.storage.schema import TaskSpec
 
 WORDS = ["alpha", "bravo", "cedar", "delta", "ember", "fjord", "gamma", "harbor", "indigo", "juniper",

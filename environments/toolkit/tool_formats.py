@@ -3,7 +3,7 @@
 Each `ToolFormat` says three things: what the system prompt tells the model (only where
 the chat template cannot take `tools=` itself), how a call is written (SFT references,
 scripted episodes) and where the calls are in a reply (`blocks`; the JSON in them is
-checked by `flywheel.environments.tools.parse_tool_calls`, the same for every format).
+checked by `flywheel.environments.toolkit.tools.parse_tool_calls`, the same for every format).
 
 - **hermes** (Hermes, Qwen 2/2.5/3, SmolLM2 as prompted here):
   `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call; a

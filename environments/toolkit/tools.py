@@ -3,7 +3,7 @@ execution inside a sandbox `Workspace`.
 
 Format. The specs are OpenAI chat "function" tools (JSON schema), so they can be handed
 to a chat template's `tools=` argument or described in a system prompt (`tools_prompt`).
-How the model writes a call depends on its family (environments/tool_formats.py); by
+How the model writes a call depends on its family (environments/toolkit/tool_formats.py); by
 default a Hermes/Qwen block,
 
     <tool_call>{"name": "run_shell", "arguments": {"command": "ls"}}</tool_call>
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from flywheel.environments.sandbox import Limits, Workspace
-from flywheel.environments.tool_formats import BY_NAME, ToolFormat
+from flywheel.environments.toolkit.tool_formats import BY_NAME, ToolFormat
 
 TOOL_SPECS = {
     "run_shell": {
@@ -115,7 +115,7 @@ def _check(obj, raw: str, allowed: list[str] | None) -> ToolCall | InvalidCall:
 def parse_tool_calls(
     text: str, allowed: list[str] | None = None, fmt: ToolFormat | None = None
 ) -> list[ToolCall | InvalidCall]:
-    """Every tool call in `text` written in format `fmt` (environments/tool_formats.py;
+    """Every tool call in `text` written in format `fmt` (environments/toolkit/tool_formats.py;
     Hermes by default), in order; empty when the text makes none."""
     calls: list[ToolCall | InvalidCall] = []
     for block in (fmt or BY_NAME["hermes"]).blocks(text):

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from flywheel.environments.base import Environment, Score
 from flywheel.environments.sandbox import Workspace
-from flywheel.environments.tool_formats import BY_NAME, ToolFormat
-from flywheel.environments.tools import is_valid, tools_prompt
+from flywheel.environments.toolkit.tool_formats import BY_NAME, ToolFormat
+from flywheel.environments.toolkit.tools import is_valid, tools_prompt
 from flywheel.storage.schema import TaskSpec
 
 
@@ -129,7 +129,7 @@ class MultiTurnEnvironment(Environment):
 
 def tool_call_text(message: dict, fmt: ToolFormat | None = None) -> str:
     """An assistant message with `tool_calls` as the text the model is asked to write in
-    format `fmt` (environments/tool_formats.py; Hermes by default)."""
+    format `fmt` (environments/toolkit/tool_formats.py; Hermes by default)."""
     calls = [{"name": c["function"]["name"], "arguments": c["function"].get("arguments", {})}
              for c in message.get("tool_calls") or []]  # fmt: skip
     rendered = (fmt or BY_NAME["hermes"]).render(calls) if calls else ""
