@@ -12,8 +12,12 @@ and score stages dispatch on that kind once:
   final Score when there is nothing to run: no code in the completion, or a row of a
   task file whose check needs none) and `score(task, job, result)` reads its result;
   for unit tests, math-verify, user reward code: anything that runs or parses model text;
-- `MultiTurnEnvironment` (environments/toolkit/agentic.py, "episode"): the model works with tools
-  in a sandbox workspace; the episode runner scores the final state there.
+- `MultiTurnEnvironment` (environments/toolkit/agentic.py, "episode"): the model works
+  with tools in a sandbox workspace; the episode runner scores the final state there.
+
+Some sources offer more, declared as protocols and checked with isinstance: a finite list
+of tasks (`ListsTasks`: task files), logged production failures (`LogsFailures`:
+traces), rows set aside when read (`Quarantines`).
 
 `GeneratedTasks` is the helper of the seeded generators: `generate(level, rng)` returns a
 `Draft` (content key, prompt, setup, verifier), and `make_tasks` turns drafts into whole
@@ -26,7 +30,7 @@ import json
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from flywheel.environments.sandbox import ExecResult, Job
 from flywheel.storage.schema import TaskSpec, stable_id
@@ -111,6 +115,38 @@ class SandboxEnvironment(Environment):
     @abstractmethod
     def score(self, task: TaskSpec, job: Job, result: ExecResult) -> Score:
         """The Score of the job's result."""
+
+
+# Optional capabilities: what some sources offer beyond the contract, declared here and
+# checked with isinstance (never by probing for a method's name).
+@runtime_checkable
+class ListsTasks(Protocol):
+    """A source that holds a finite list of tasks (a task file): an evaluation takes them
+    all, where from a generator it takes `per_level` of each level."""
+
+    def all_tasks(self, split: str) -> list[TaskSpec]: ...
+
+
+@runtime_checkable
+class LogsFailures(Protocol):
+    """A source of a workload's production traces: the tasks whose logged response failed
+    (the replay stage queues them) and those that passed (for the run's judge to look at)."""
+
+    workload: str
+
+    def logged_failures(self, split: str = "train") -> list[TaskSpec]: ...
+
+    def logged_passes(self, split: str = "train") -> list[tuple[TaskSpec, str]]: ...
+
+
+@runtime_checkable
+class Quarantines(Protocol):
+    """A source that set rows aside when it read them ({file, where, reason, row}): the
+    run writes them beside its other outputs."""
+
+    path: str
+    rows: int
+    quarantined: list[dict]
 
 
 def reply(text: str) -> list[dict]:

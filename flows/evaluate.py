@@ -23,6 +23,7 @@ import time
 
 from prefect import flow, get_run_logger
 
+from flywheel.environments.base import ListsTasks
 from flywheel.environments.registry import expand, expand_all
 from flywheel.reports import eval_report
 from flywheel.config import FlywheelConfig
@@ -46,7 +47,7 @@ def eval_tasks(domains, sampler, per_level: int, max_file_rows: int = 0):
     tasks = []
     for name, levels in sampled_levels(domains, sampler).items():
         env = domains[name]
-        count = max(per_level, max_file_rows) if hasattr(env, "all_tasks") else per_level
+        count = max(per_level, max_file_rows) if isinstance(env, ListsTasks) else per_level
         for level in levels:
             tasks += env.make_tasks("eval", level, EVAL_SEED, count)
     return tasks
@@ -54,7 +55,7 @@ def eval_tasks(domains, sampler, per_level: int, max_file_rows: int = 0):
 
 def suite_tasks(env, per_level: int):
     """A suite's tasks: every row of a file, else `per_level` per level."""
-    if hasattr(env, "all_tasks"):
+    if isinstance(env, ListsTasks):
         return env.all_tasks("eval")
     return [t for level in env.levels for t in env.make_tasks("eval", level, EVAL_SEED, per_level)]
 

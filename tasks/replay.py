@@ -11,6 +11,7 @@ import dataclasses
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from flywheel.environments.base import LogsFailures
 from flywheel.storage.query import select_replay
 from flywheel.storage.schema import TaskSpec
 from flywheel.tasks.context import ReplayRun
@@ -37,7 +38,7 @@ def production_failures(rt: ReplayRun, limit: int, queued: set[str]) -> list[Tas
     tried = set(rt.lake.dataset("tasks", rt.run_id).to_table(columns=["task_id"]).column("task_id").to_pylist())
     out = []
     for env in rt.domains:
-        if not hasattr(env, "logged_failures"):
+        if not isinstance(env, LogsFailures):
             continue
         failures = env.logged_failures()
         workload = rt.config.workloads.get(env.workload)

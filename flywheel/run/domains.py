@@ -13,6 +13,7 @@ import json
 import logging
 from pathlib import Path
 
+from flywheel.environments.base import Quarantines
 from flywheel.environments.registry import DomainError, Domains, expand_all, mixture
 from flywheel.config import FlywheelConfig
 from flywheel.config.production import trace_source
@@ -41,7 +42,7 @@ def build_domains(config: FlywheelConfig) -> Domains:
 
 def write_quarantine(domains: Domains, run_dir: Path, say=log.info) -> None:
     for env in domains:
-        bad = getattr(env, "quarantined", None)
+        bad = env.quarantined if isinstance(env, Quarantines) else None
         if bad:
             path = run_dir / "quarantine" / f"{Path(env.path).name}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)
