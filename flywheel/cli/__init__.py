@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 import flywheel  # noqa: F401  (offline defaults)
-from flywheel.cli.common import checked_config, live_display, rich_table, valid_config
+from flywheel.cli import options
+from flywheel.cli.check import register_check_command
+from flywheel.cli.common import checked_config, lake_flags, live_display, load_config
+from flywheel.cli.errors import FlywheelGroup, UsageProblem
 from flywheel.cli.eval import register_eval_commands
+from flywheel.cli.query import register_query_commands
+from flywheel.cli.show_config import register_show_config_command
 from flywheel.cli.store import store_app
 from flywheel.cli.production import register_production_commands
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+# Every command runs inside one error boundary (FlywheelGroup, flywheel/cli/errors.py): a
+# user's mistake is a line or two and exit 2, failed work exit 1. A bug's traceback is
+# long enough without every local variable (an S3 key among them): none are shown.
+app = typer.Typer(cls=FlywheelGroup, add_completion=False, no_args_is_help=True, help=__doc__,
+                  pretty_exceptions_show_locals=False)  # fmt: skip
 app.add_typer(store_app, name="store")
 
 
@@ -43,18 +51,17 @@ def main(
 def run(
     cycles: Optional[int] = typer.Option(None, help="Cycles to run (in total, for a resumed run)."),
     model: Optional[str] = typer.Option(None, help="A local HF model dir or a cached Hub name org/name (default: SmolLM2-135M-Instruct)."),
-    store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
-    s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
-    run_id: Optional[str] = typer.Option(None, help="Resume this run (default: a new run)."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
-    set_: list[str] = typer.Option([], "--set", help="Override any config key: --set trainer.learning_rate=1e-5"),
+    store: Optional[str] = options.store(),
+    s3_endpoint: Optional[str] = options.s3_endpoint(),
+    run_id: Optional[str] = options.run_id("Resume this run, or start a new one of this name (default: a new run)."),
+    runs_dir: Optional[str] = options.runs_dir(),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = options.sets(),
     verbose: bool = typer.Option(False, "--verbose", help="Show vLLM, DeepSpeed and Prefect output here too."),
 ):
     """Run the flywheel on the embedded default (or what the flags say)."""
-    config = checked_config(
-        config_file, set_, **{"cycles": cycles, "model.path": model, "store.uri": store,
-                              "store.endpoint": s3_endpoint, "run_id": run_id},
-    )  # fmt: skip
+    config = checked_config(config_file, set_, **{"cycles": cycles, "model.path": model},
+                            **lake_flags(run_id, runs_dir, store, s3_endpoint))  # fmt: skip
     from flywheel.flows.flywheel import flywheel as flywheel_flow
     from flywheel.cli.eval import before_after
 
@@ -73,20 +80,23 @@ def run(
 
 @app.command()
 def sft(
-    run_id: str = typer.Option(..., help="The run to fine-tune (new or existing); RL resumes from the result."),
+    run_id: str = options.run_id("The run to fine-tune (new or existing); RL resumes from the result.", required=True),
     data: Optional[str] = typer.Option(None, help="A JSONL/Parquet file of {'messages': [...]} demonstrations."),
     references: int = typer.Option(0, help="Else: this many reference replies per domain and level of sampler."),
     epochs: int = typer.Option(1),
     batch_size: int = typer.Option(16),
     learning_rate: float = typer.Option(1e-5),
     max_minutes: float = typer.Option(0.0, help="Stop training after this many minutes (0: run every epoch)."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
-    set_: list[str] = typer.Option([], "--set", help="Override any config key."),
+    runs_dir: Optional[str] = options.runs_dir(),
+    store: Optional[str] = options.store(),
+    s3_endpoint: Optional[str] = options.s3_endpoint(),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = options.sets(),
     verbose: bool = typer.Option(False, "--verbose", help="Show the libraries' output here too."),
 ):
     """SFT cold start: demonstrations (a file, the domains' references, else the run's own
     passing trajectories) become the run's next policy version."""
-    config = checked_config(config_file, set_, run_id=run_id)
+    config = checked_config(config_file, set_, **lake_flags(run_id, runs_dir, store, s3_endpoint))
     from flywheel.flows.sft import sft as sft_flow
 
     with live_display(config, verbose) as reporter:
@@ -97,6 +107,9 @@ def sft(
 
 register_eval_commands(app)
 register_production_commands(app)
+register_query_commands(app)
+register_check_command(app)
+register_show_config_command(app)
 
 
 @app.command()
@@ -110,104 +123,17 @@ def server(
     up(port=port, worker=worker, say=typer.echo)
 
 
-def _open_lake(run_id: Optional[str], store: Optional[str], s3_endpoint: Optional[str], runs_dir: str):
-    from flywheel.storage.lake import Lake
-
-    if not store and not run_id:
-        typer.secho("give --run-id (its lake under the runs dir) or --store", fg="red", err=True)
-        raise typer.Exit(2)
-    return Lake(store or str(Path(runs_dir).absolute() / run_id / "lake"), s3_endpoint)
-
-
-def _print_query(con, sql: str) -> None:
-    from rich.console import Console
-
-    cur = con.execute(sql)
-    Console().print(rich_table([d[0] for d in cur.description], cur.fetchall()))
-
-
-@app.command()
-def query(
-    sql: str = typer.Argument(..., help="DuckDB SQL over the views `trajectories`, `tasks`, `cycles` and `groups`."),
-    run_id: Optional[str] = typer.Option(None, help="Only this run (and its lake under --runs-dir)."),
-    store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
-    s3_endpoint: Optional[str] = typer.Option(None),
-    runs_dir: str = typer.Option("runs"),
-):
-    """Run SQL over the lake's committed trajectories and tasks; print a table."""
-    import duckdb
-
-    from flywheel.storage.query import connect
-
-    lake = _open_lake(run_id, store, s3_endpoint, runs_dir)
-    try:
-        _print_query(connect(lake, run_id), sql)
-    except duckdb.Error as exc:
-        typer.secho(f"query failed: {exc}", fg="red", err=True)
-        raise typer.Exit(2)
-
-
-REPORT_SQL = """
-SELECT run_id, cycle, {by}, count(DISTINCT task_id) AS tasks, sum(samples) AS trajectories,
-       round(sum(mean_reward * samples) / sum(samples), 4) AS mean_reward,
-       round(sum(pass_rate * samples) / sum(samples), 4) AS pass_rate,
-       round(1 - avg(informative), 3) AS zero_variance,
-       count(DISTINCT task_id) FILTER (WHERE origin = 'replay') AS replayed
-FROM groups GROUP BY ALL ORDER BY run_id, cycle, {by}
-"""
-
-
-@app.command()
-def report(
-    run_id: Optional[str] = typer.Option(None, help="Only this run (and its lake under --runs-dir)."),
-    store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix."),
-    s3_endpoint: Optional[str] = typer.Option(None),
-    runs_dir: str = typer.Option("runs"),
-    by: str = typer.Option("level", help="level: per domain and level; domain: per domain; cycle: per cycle; "
-                           "workload: per production workload (traces, tasks, logged failures, pass rates)."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="--by workload: the config naming the workloads."),
-    set_: list[str] = typer.Option([], "--set", help="--by workload: override config keys (workloads, store.uri)."),
-):
-    """Reward, pass rate and the share of zero-variance groups per run and cycle, by
-    domain and level (or by domain, or whole cycles); or per production workload."""
-    from flywheel.storage.query import connect
-
-    keys = {"level": "domain, level", "domain": "domain", "cycle": "split"}
-    if by == "workload":
-        from rich.console import Console
-
-        from flywheel.reports.workload_report import workload_rows
-
-        if not run_id:
-            typer.secho("--by workload needs --run-id (the run whose policy is reported)", fg="red", err=True)
-            raise typer.Exit(2)
-        config = valid_config(config_file, set_, **{"run_id": run_id, "runs_dir": runs_dir, "store.uri": store,
-                                                   "store.endpoint": s3_endpoint})  # fmt: skip
-        rows = workload_rows(config)
-        Console().print(rich_table(list(rows[0]) if rows else ["workload"], [list(r.values()) for r in rows]))
-        return
-    if by not in keys:
-        typer.secho(f"--by takes one of {', '.join([*keys, 'workload'])}, not {by!r}", fg="red", err=True)
-        raise typer.Exit(2)
-    from flywheel.reports.zero_signal import notes, signal_rows
-
-    con = connect(_open_lake(run_id, store, s3_endpoint, runs_dir), run_id)
-    _print_query(con, REPORT_SQL.format(by=keys[by]))
-    for note in notes(signal_rows(con)):  # cycles that taught GRPO nothing, and why
-        typer.echo(note)
-
-
 @app.command()
 def domains(
-    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
-    set_: list[str] = typer.Option([], "--set", help="Override any config key (sampler.domains, eval.files, run_id "
-                                   "or store.uri for traces: domains)."),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = typer.Option([], "--set", help="Override a config key, repeatable (sampler.domains, eval.files, "
+                                   "run_id or store.uri for traces: domains)."),
 ):
     """Every domain found: built in, installed plug-ins (the `flywheel.domains` entry
     points) and the config's own (task files, module:Class), with kind, levels and source."""
     from flywheel.environments.registry import available
 
-    config = valid_config(config_file, set_)
+    config = load_config(config_file, set_)
     from flywheel.config.production import trace_source
 
     infos = available(config.sampler.domains, config.eval.files, trace_source(config))
@@ -226,15 +152,6 @@ def prepare_model(cache_dir: Optional[str] = typer.Option(None, help="Where to k
     typer.echo(resolve_model(None, cache_dir))
 
 
-@app.command("show-config")
-def show_config(config_file: Optional[Path] = typer.Option(None, "--config")):
-    """Print the effective config as YAML."""
-    import yaml
-
-    config = valid_config(config_file, [])
-    yaml.safe_dump(config.model_dump(), sys.stdout, sort_keys=False)
-
-
 sandbox_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The code sandbox's tools.")
 app.add_typer(sandbox_app, name="sandbox")
 
@@ -246,7 +163,8 @@ def sandbox_build_image(
     host: list[str] = typer.Option(
         [], "--host", help="A docker endpoint (repeatable; default: sandbox.docker_hosts, else DOCKER_HOST)."
     ),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = options.sets(),
 ):
     """Build the docker sandbox image locally (no registry) from this machine's system python
     and sandbox.libraries, on every configured docker host."""
@@ -254,8 +172,11 @@ def sandbox_build_image(
     from flywheel.environments.sandbox.docker_backend import docker_unavailable
     from flywheel.environments.sandbox.docker_image import build_image
 
-    config = valid_config(config_file, [])
-    libraries = libraries_dir(config.sandbox)
+    config = load_config(config_file, set_)
+    try:
+        libraries = libraries_dir(config.sandbox)
+    except ValueError as exc:  # sandbox.libraries is not a dir
+        raise UsageProblem(str(exc)) from None
     hosts = host or config.sandbox.docker_hosts or [""]
     down = {h: why for h in hosts if (why := docker_unavailable([h]))}
     name = image or config.sandbox.docker_image
@@ -266,8 +187,8 @@ def sandbox_build_image(
             typer.echo(f"built {name} on {h or 'DOCKER_HOST'} ({image_id})")
     for why in down.values():
         typer.secho(why, fg="red", err=True)
-    if down:  # the others have the image; these need it when they come back
-        raise typer.Exit(2)
+    if down:  # the others have the image; these need it when they come back (an engine not answering: exit 1)
+        raise typer.Exit(1)
 
 
 engine_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollout engines.")

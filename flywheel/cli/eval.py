@@ -17,7 +17,11 @@ from typing import Optional
 
 import typer
 
-from flywheel.cli.common import checked_config, lake_and_store, live_display, no_weights, pick_version, rich_table, run_config
+from flywheel.cli import options
+from flywheel.cli.common import (
+    checked_config, lake_and_store, lake_flags, live_display, no_weights, pick_version, rich_table, run_config,
+)  # fmt: skip
+from flywheel.cli.errors import UsageProblem
 
 
 def before_after(first, last):
@@ -38,17 +42,20 @@ def before_after(first, last):
 
 
 def eval_command(
-    run_id: Optional[str] = typer.Option(None, help="Evaluate this run's policy (default: the base model)."),
+    run_id: Optional[str] = options.run_id("Evaluate this run's policy (default: the base model)."),
     version: Optional[str] = typer.Option(None, help="A version of the run, or 'best' (default: its current one)."),
     model: Optional[str] = typer.Option(None, help="A local HF model dir (default: SmolLM2-135M-Instruct)."),
     tasks_per_level: Optional[int] = typer.Option(None, help="Held-out tasks per domain and level (eval.tasks_per_level)."),
     k: Optional[int] = typer.Option(None, help="pass@k samples per task at the training temperature (eval.k; 0: off)."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
-    set_: list[str] = typer.Option([], "--set", help="Override any config key."),
+    runs_dir: Optional[str] = options.runs_dir(),
+    store: Optional[str] = options.store(),
+    s3_endpoint: Optional[str] = options.s3_endpoint(),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = options.sets(),
     verbose: bool = typer.Option(False, "--verbose", help="Show the libraries' output here too."),
 ):
     """Held-out evaluation: greedy pass@1 with 95% intervals per cell, group and suite."""
-    config = checked_config(config_file, set_, **{"model.path": model, "run_id": run_id})
+    config = checked_config(config_file, set_, **{"model.path": model}, **lake_flags(run_id, runs_dir, store, s3_endpoint))
     from flywheel.flows.evaluate import evaluate
 
     with live_display(config, verbose) as reporter:
@@ -69,31 +76,33 @@ def eval_command(
 
 
 def compare(
-    run_id: str = typer.Option(..., help="The run whose evaluations to compare."),
+    run_id: str = options.run_id("The run whose evaluations to compare.", required=True),
     a: str = typer.Option("0", help="The first version (0: the starting policy)."),
     b: str = typer.Option("best", help="The second version: a number, 'best' or 'current'."),
     other_run: Optional[str] = typer.Option(None, help="Take version b from this run instead (same lake)."),
-    runs_dir: str = typer.Option("runs"),
-    store: Optional[str] = typer.Option(None, help="The lake, when not the run's own."),
-    s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
+    runs_dir: Optional[str] = options.runs_dir(),
+    store: Optional[str] = options.store(),
+    s3_endpoint: Optional[str] = options.s3_endpoint(),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = options.sets(),
 ):
     """Paired difference of greedy pass@1 between two evaluated versions, per group."""
     from flywheel.reports import eval_report
     from flywheel.storage import evals
 
-    cfg_a = run_config(run_id, runs_dir, store, s3_endpoint)
+    cfg_a = run_config(run_id, runs_dir, store, s3_endpoint, config_file, set_)
     lake, store_a = lake_and_store(cfg_a)
     cfg_b = cfg_a.model_copy(update={"run_id": other_run}) if other_run else cfg_a
     _, store_b = lake_and_store(cfg_b)
-    va, vb = pick_version(store_a, a), pick_version(store_b, b)
+    va, vb = pick_version(store_a, a, "--a"), pick_version(store_b, b, "--b")
     con_a, con_b = evals.connect(lake, cfg_a.run_id), evals.connect(lake, cfg_b.run_id)
     groups = lake.evaluation_groups(cfg_b.run_id, vb) or lake.evaluation_groups(cfg_a.run_id, va)
     rows = []
     for name, p in eval_report.compare(con_a, va, con_b, vb, groups):
         rows.append((name, p.n, f"{p.mean_a:.3f}", f"{p.mean_b:.3f}", p.describe()))
     if not rows:
-        typer.secho(f"no shared evaluated tasks between v{va} and v{vb}", fg="red", err=True)
-        raise typer.Exit(2)
+        raise UsageProblem(f"no shared evaluated tasks between v{va} and v{vb}",
+                           "`flywheel eval --run-id R --version N` evaluates a version")  # fmt: skip
     title = f"{cfg_a.run_id} v{va} vs {cfg_b.run_id} v{vb}: greedy pass@1, paired over the same tasks"
     import sys
 
@@ -105,28 +114,28 @@ def compare(
 
 
 def export(
-    run_id: str = typer.Option(..., help="The run to export from."),
+    run_id: str = options.run_id("The run to export from.", required=True),
     version: str = typer.Option("best", help="best, current, or a version number."),
     to: Path = typer.Option(..., "--to", help="A new dir for the Hugging Face model."),
-    runs_dir: str = typer.Option("runs"),
-    store: Optional[str] = typer.Option(None, help="The lake, when not the run's own."),
-    s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
+    runs_dir: Optional[str] = options.runs_dir(),
+    store: Optional[str] = options.store(),
+    s3_endpoint: Optional[str] = options.s3_endpoint(),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = options.sets(),
 ):
     """A policy version as a standalone HF dir (weights, tokenizer, chat template) with a
     model card of its evaluation; `vllm serve DIR` (or transformers) loads it."""
     from flywheel.run.model_prep import resolve_model
 
-    config = run_config(run_id, runs_dir, store, s3_endpoint)
+    config = run_config(run_id, runs_dir, store, s3_endpoint, config_file, set_)
     lake, policies = lake_and_store(config)
     v = pick_version(policies, version)
     base = resolve_model(config.model.path, config.model.cache_dir)
     src = policies.hf_dir(v) if v else base
     if src is None:
-        typer.secho(no_weights(policies, run_id, v), fg="red", err=True)
-        raise typer.Exit(2)
-    if to.exists() and any(to.iterdir()):
-        typer.secho(f"{to} exists and is not empty", fg="red", err=True)
-        raise typer.Exit(2)
+        raise UsageProblem(no_weights(policies, run_id, v))
+    if to.is_file() or (to.exists() and any(to.iterdir())):
+        raise UsageProblem(f"--to {to} exists and is not an empty dir", "give a new dir for the model")
     shutil.copytree(src, to, dirs_exist_ok=True)
     (to / "README.md").write_text(model_card_text(lake, run_id, v, base))
     typer.echo(f"exported {run_id} v{v} to {to}")

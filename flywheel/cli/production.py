@@ -10,41 +10,47 @@ from typing import Optional
 
 import typer
 
-from flywheel.cli.common import lake_and_store, live_display, load_config, no_weights, pick_version, rich_table, run_config
+from flywheel.cli import options
+from flywheel.cli.common import (
+    lake_and_store, lake_flags, live_display, load_config, no_weights, not_a_dir, pick_version, rich_table, run_config,
+)  # fmt: skip
+from flywheel.cli.errors import UsageProblem, WorkFailed
 
 
 def ingest(
     paths: list[Path] = typer.Argument(..., help="JSONL / JSONL.gz / Parquet files, `datasets` dirs, or drop dirs of log files."),
     workload: Optional[str] = typer.Option(None, help="Workload of records that name none (default: ingest.default_workload)."),
-    store: Optional[str] = typer.Option(None, help="Lake root: a local dir or s3://bucket/prefix (default: store.uri)."),
-    run_id: Optional[str] = typer.Option(
-        None, help="The run whose lake the traces go to (runs/<run id>/lake), when no --store or store.uri names one."
-    ),
-    s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="A YAML config file."),
-    set_: list[str] = typer.Option([], "--set", help="Override any config key: --set 'ingest.scrub_patterns={ticket: T-\\d+}'"),
+    store: Optional[str] = options.store(),
+    run_id: Optional[str] = options.run_id("The run whose lake the traces go to (<runs dir>/<run id>/lake), "
+                                           "when no --store or store.uri names one."),  # fmt: skip
+    runs_dir: Optional[str] = options.runs_dir(),
+    s3_endpoint: Optional[str] = options.s3_endpoint(),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = typer.Option([], "--set", help="Override a config key, repeatable: --set 'ingest.scrub_patterns={ticket: T-\\d+}'"),
 ):
     """Ingest production traces: scrubbed, deduplicated, exactly once; malformed records quarantined."""
-    from flywheel.flows.ingest import ingest as ingest_flow
+    from flywheel.flows.ingest import LOG_SUFFIXES, ingest as ingest_flow
     from flywheel.production.scrub import Scrubber
+    from flywheel.storage.lake import Lake
 
+    config = load_config(config_file, set_, **lake_flags(run_id, runs_dir, store, s3_endpoint))
     try:
-        config = load_config(config_file, set_, **{"store.uri": store, "store.endpoint": s3_endpoint, "run_id": run_id})
         Scrubber(config.ingest.scrub_patterns, config.ingest.scrub_defaults)
-    except (ValueError, FileNotFoundError) as exc:  # a bad scrub pattern is a ValueError too
-        typer.secho(f"bad configuration: {exc}", fg="red", err=True)
-        raise typer.Exit(2)
+    except ValueError as exc:  # a pattern that is no regular expression
+        raise UsageProblem(f"bad configuration: {exc}") from None
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
-        typer.secho(f"no such file: {', '.join(missing)}", fg="red", err=True)
-        raise typer.Exit(2)
+        raise UsageProblem(f"no such file: {', '.join(missing)}")
+    unread = [str(p) for p in paths if p.is_file() and not p.name.endswith(LOG_SUFFIXES)]
+    if unread:  # what the flow would stop at, after starting Prefect and making the lake
+        raise UsageProblem(f"not a log file ingest reads: {', '.join(unread)}",
+                           f"give {', '.join(LOG_SUFFIXES)} files, a `datasets` dir, or a dir of such files")  # fmt: skip
     if not config.store.uri and not run_id:
-        typer.secho(
-            "give --run-id (the run's own lake), --store (a dir or s3://bucket/prefix) or store.uri: the lake the "
-            "traces go to", fg="red", err=True,
-        )  # fmt: skip
-        raise typer.Exit(2)
+        raise UsageProblem("give --run-id (the run's own lake), --store (a dir or s3://bucket/prefix) or store.uri: "
+                           "the lake the traces go to")  # fmt: skip
     lake = config.lake_uri  # store.uri, else the run's lake (the one `flywheel run --run-id` reads)
+    not_a_dir(lake)
+    Lake(lake, config.store.endpoint, config.store.region)  # an S3 store that does not answer: said now, not in the flow
     with live_display() as reporter:
         reports = ingest_flow([str(p) for p in paths], config, workload, store=lake)
         names = ["file", "records", "new", "duplicates", "quarantined", "redactions", "workloads", "seconds"]
@@ -58,13 +64,15 @@ def ingest(
 
 
 def deploy(
-    run_id: str = typer.Option(..., help="The run whose policy to deploy."),
+    run_id: str = options.run_id("The run whose policy to deploy.", required=True),
     to: list[str] = typer.Option(..., "--to", help="A vLLM server (`flywheel engine serve`) URL; repeat or comma-separate."),
     version: str = typer.Option("best", help="best, current, or a version number."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the gate's decision; push nothing."),
-    runs_dir: str = typer.Option("runs"),
-    store: Optional[str] = typer.Option(None, help="The lake, when not the run's own."),
-    s3_endpoint: Optional[str] = typer.Option(None, help="S3 endpoint URL for an s3:// store."),
+    runs_dir: Optional[str] = options.runs_dir(),
+    store: Optional[str] = options.store(),
+    s3_endpoint: Optional[str] = options.s3_endpoint(),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = options.sets(),
 ):
     """Push a policy into running vLLM servers, only if its held-out and per-workload
     evaluations are not resolvably worse than the serving policy's; recorded in the lake."""
@@ -75,7 +83,7 @@ def deploy(
     from flywheel.storage.deployments import Deployments
 
     urls = [u.strip() for item in to for u in item.split(",") if u.strip()]
-    config = run_config(run_id, runs_dir, store, s3_endpoint)
+    config = run_config(run_id, runs_dir, store, s3_endpoint, config_file, set_)
     lake, policies = lake_and_store(config)
     v = pick_version(policies, version)
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -92,16 +100,13 @@ def deploy(
         raise typer.Exit(0 if g.passed else 2)
     hf = policies.hf_dir(v) if v else resolve_model(config.model.path, config.model.cache_dir)
     if hf is None:
-        typer.secho(no_weights(policies, run_id, v), fg="red", err=True)
-        raise typer.Exit(2)
+        raise UsageProblem(no_weights(policies, run_id, v))
     try:
         g = deploy_policy(lake, run_id, v, hf, urls, config.engine)
     except DeployRefused as exc:
-        typer.secho(f"refused: {exc}; the servers keep the policy they serve", fg="red", err=True)
-        raise typer.Exit(2)
+        raise UsageProblem(f"refused: {exc}; the servers keep the policy they serve") from None
     except Exception as exc:  # a server down or refusing weights: its URL is in the message
-        typer.secho(f"deploy failed: {exc}", fg="red", err=True)
-        raise typer.Exit(1)
+        raise WorkFailed(f"deploy failed: {exc}") from None
     show(g)
     typer.echo(f"deployed {run_id} v{v} to {', '.join(urls)}")
 

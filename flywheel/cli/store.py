@@ -9,6 +9,10 @@ from typing import Optional
 
 import typer
 
+from flywheel.cli import options
+from flywheel.cli.common import existing_lake, lake_flags, load_config
+from flywheel.cli.errors import UsageProblem
+
 store_app = typer.Typer(no_args_is_help=True, help="The trajectory lake: a local S3 server, compaction.")
 
 
@@ -26,9 +30,8 @@ def serve(
     server = SeaweedServer(data_dir, port, access_key, secret_key)
     try:
         server.start(bucket=bucket)
-    except RuntimeError as exc:
-        typer.secho(str(exc), fg="red", err=True)
-        raise typer.Exit(2)
+    except RuntimeError as exc:  # no weed binary, the port taken: it says which
+        raise UsageProblem(str(exc)) from None
     exports = " ".join(f"{k}={v}" for k, v in server.env.items())
     typer.echo(f"S3 at {server.endpoint}, bucket {bucket!r}, data in {server.dir}\n"
                f"  export {exports}\n"
@@ -50,16 +53,17 @@ def serve(
 
 @store_app.command("compact")
 def compact_command(
-    run_id: str = typer.Option(..., help="The run whose cycles to merge."),
-    store: Optional[str] = typer.Option(None, help="Lake root (default: the run's lake under --runs-dir)."),
-    s3_endpoint: Optional[str] = typer.Option(None),
-    runs_dir: str = typer.Option("runs"),
+    run_id: str = options.run_id("The run whose cycles to merge.", required=True),
+    store: Optional[str] = options.store(),
+    s3_endpoint: Optional[str] = options.s3_endpoint(),
+    runs_dir: Optional[str] = options.runs_dir(),
     rows_per_file: int = typer.Option(1_000_000),
+    config_file: Optional[Path] = options.config_file(),
+    set_: list[str] = options.sets(),
 ):
     """Merge a run's per-cycle files into large ones; no query's result changes."""
     from flywheel.storage.compact import compact
-    from flywheel.storage.lake import Lake
 
-    lake = Lake(store or str(Path(runs_dir).absolute() / run_id / "lake"), s3_endpoint)
+    lake = existing_lake(load_config(config_file, set_, **lake_flags(run_id, runs_dir, store, s3_endpoint)))
     done = compact(lake, run_id, rows_per_file)
     typer.echo(f"{done['cycles']} cycles: {done['files_before']} files -> {done['files_after']}")
