@@ -73,7 +73,7 @@ class TrainSample:
 
 def model_tokens(sample: TrainSample) -> int:
     """Completion tokens the policy sampled. A NaN old logprob marks an observation token
-    of a multi-turn trajectory (tool output, chat markup; see policy/multiturn.py): it is
+    of a multi-turn trajectory (tool output, chat markup; see tasks/multiturn.py): it is
     conditioned on but never trained on."""
     return sum(1 for lp in sample.old_logprobs if not math.isnan(lp))
 

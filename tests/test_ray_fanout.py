@@ -1,4 +1,4 @@
-"""Fan-out on Ray through Prefect (flywheel/run/fanout.py, tasks/shards.py), on real parts: a
+"""Fan-out on Ray through Prefect (flywheel/run/fanout.py, flywheel/run/shards.py), on real parts: a
 Ray cluster of a head and TWO worker nodes on this machine (ray.cluster_utils: separate
 raylets, the multi-node code path), prefect-ray's RayTaskRunner, a Prefect test server, a
 SeaweedFS S3 lake (workers fetch the policy from it), bubblewrap pools on the workers and
