@@ -48,7 +48,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
-from flywheel.environments.toolkit.agentic import DEFAULT_WEIGHTS, MultiTurnEnvironment, RewardWeights
+from flywheel.environments.toolkit.agentic import DEFAULT_WEIGHTS, EpisodeBudget, MultiTurnEnvironment, RewardWeights
 from flywheel.environments.base import Score
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.toolkit.tool_formats import ToolFormat, pick, template_has_tools
@@ -75,7 +75,7 @@ class Episode:
     completion_logprobs: list[float] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     num_turns: int = 0
-    finish_reason: str = ""  # "submit", "max_turns", "max_tokens", or "error"
+    finish_reason: str = ""  # "submit", "max_turns", "max_tokens", "time_limit", or "error"
     score: Score | None = None
     tools: list[dict] | None = None  # handed to the chat template (None: it cannot take them)
     seconds: float = 0.0  # from asking for a workspace to scored
@@ -107,8 +107,9 @@ def opening(task, env, fmt: ToolFormat, takes_tools: bool) -> tuple[list[dict], 
     prompt (written for Hermes when the task was made) rewritten for `fmt`, without the
     tool list when the template renders `tools=` itself. A task's own system prompt stays."""
     messages = [dict(m) for m in task.prompt]
-    specs = tool_specs(list(env.tools))
-    if messages and messages[0]["role"] == "system" and messages[0]["content"] == env.system_prompt:
+    table = env.tool_table(task)
+    specs = tool_specs(list(table), table)
+    if messages and messages[0]["role"] == "system" and messages[0]["content"] == env.system_prompt_for(task):
         messages[0]["content"] = fmt.system_prompt(env.intro, specs, takes_tools)
     return messages, (specs if takes_tools else None)
 
@@ -275,8 +276,14 @@ class _Play:
                 self.on_episode(lv.ep)
         return bool(done)
 
+    def _over(self, lv: _Live) -> bool:
+        budget = lv.ep.env.budget(lv.ep.task)
+        turns = min(self.max_turns, budget.max_turns or self.max_turns)
+        elapsed = time.monotonic() - self.started[id(lv.ep)]
+        return _out_of_budget(lv, turns, self.max_tokens, budget, elapsed)
+
     def _ask(self, lv: _Live) -> None:
-        if _out_of_budget(lv, self.max_turns, self.max_tokens):
+        if self._over(lv):
             return self._end(lv)
         ep = lv.ep
         key = stable_id(ep.task.task_id, ep.sample_index, ep.num_turns, id(lv))
@@ -292,7 +299,7 @@ class _Play:
         if submitted:
             lv.ep.finish_reason = "submit"
             return self._end(lv)
-        if _out_of_budget(lv, self.max_turns, self.max_tokens):
+        if self._over(lv):
             return self._end(lv)
         msgs = [{"role": "tool", "content": o} if self.tool_role else {"role": "user", "content": "Tool result:\n" + o}
                 for o in observations]  # fmt: skip
@@ -314,7 +321,7 @@ class _Play:
         self.ending[self.pool.submit(_try(score_and_release), lv)] = lv
 
     def _acquire(self, ep: Episode) -> _Live:
-        return _Live(ep, self.sandbox.workspace(ep.env.setup_files(ep.task)))
+        return _Live(ep, ep.env.open_workspace(self.sandbox, ep.task))
 
     def release_all(self) -> None:
         """After a failure: the workspaces of trajectories that did not finish go back."""
@@ -326,11 +333,14 @@ class _Play:
                 _try(lambda lv: lv.ws.release())(lv)
 
 
-def _out_of_budget(lv: _Live, max_turns: int, max_tokens: int) -> bool:
+def _out_of_budget(lv: _Live, max_turns: int, max_tokens: int, budget: EpisodeBudget | None = None,
+                   elapsed: float = 0.0) -> bool:  # fmt: skip
     if lv.length >= max_tokens:
         lv.ep.finish_reason = "max_tokens"
     elif lv.ep.num_turns >= max_turns:
         lv.ep.finish_reason = "max_turns"
+    elif budget is not None and budget.seconds is not None and elapsed >= budget.seconds:
+        lv.ep.finish_reason = "time_limit"
     else:
         return False
     return True
@@ -339,16 +349,17 @@ def _out_of_budget(lv: _Live, max_turns: int, max_tokens: int) -> bool:
 def _act(lv: _Live, sample, limits, max_chars, fmt: ToolFormat) -> tuple[list[str], bool]:
     """Run the sample's tool calls in order, up to a submit; (observations, submitted)."""
     env = lv.ep.env
-    calls = parse_tool_calls(sample.text, list(env.tools), fmt)
+    table = env.tool_table(lv.ep.task)
+    limits = env.budget(lv.ep.task).call_limits or limits
+    calls = parse_tool_calls(sample.text, list(table), fmt, table)
     if not calls:
         invalid = InvalidCall(truncate(sample.text, 300)[0], "no tool call in the reply")
         lv.ep.steps.append(step_record(invalid, execute(lv.ws, invalid)))
         return [no_call(fmt)], False
     observations: list[str] = []
     for call in calls:
-        result = execute(
-            lv.ws, call, limits=limits, test_command=env.test_command(lv.ep.task), max_chars=max_chars
-        )
+        result = execute(lv.ws, call, limits=limits, test_command=env.test_command(lv.ep.task), max_chars=max_chars,
+                         specs=table)  # fmt: skip
         lv.ep.steps.append(step_record(call, result))
         if result.submitted:
             return observations, True

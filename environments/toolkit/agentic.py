@@ -19,6 +19,12 @@ perfect, clean episode scores exactly 1.0 and the process terms only shape the r
 `Score.process` holds the weighted process part before that normalisation. A suspected
 hack scores 0, with what it would have earned as a negative `penalty`.
 
+Per task, a domain may say more (workspace tasks as data do; the defaults are the
+class's): `tool_table(task)` the tools offered (a task may bring its own),
+`open_workspace(sandbox, task)` how its workspace is set up (setup commands, a prepared
+template), `budget(task)` its turns, per-call limits and episode wall time, and
+`system_prompt_for(task)` the system prompt its prompt opens with.
+
 The kind is "episode" (environments/base.py): these domains have no single-turn check
 or job; generate plays them with flywheel.tasks.multiturn.run_episodes, which scores each one.
 `reference(task)` gives the tool calls of a passing episode as assistant messages, one
@@ -34,7 +40,8 @@ from dataclasses import dataclass
 from flywheel.environments.base import Environment, Score
 from flywheel.environments.sandbox import Workspace
 from flywheel.environments.toolkit.tool_formats import BY_NAME, ToolFormat
-from flywheel.environments.toolkit.tools import is_valid, tools_prompt
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.toolkit.tools import KNOWN_SPECS, is_valid, tools_prompt
 from flywheel.storage.schema import TaskSpec
 
 
@@ -67,6 +74,15 @@ def combine(outcome: float, parts: dict[str, float], weights: RewardWeights) -> 
 DEFAULT_WEIGHTS = RewardWeights()
 
 
+@dataclass(frozen=True)
+class EpisodeBudget:
+    """A task's own bounds; None: the runner's."""
+
+    max_turns: int | None = None
+    call_limits: Limits | None = None  # the sandbox limits of each tool call
+    seconds: float | None = None  # the whole episode's wall time (finish_reason "time_limit")
+
+
 class MultiTurnEnvironment(Environment):
     kind = "episode"
     tools: tuple[str, ...] = ("run_shell", "read_file", "write_file", "run_tests", "submit")
@@ -79,6 +95,21 @@ class MultiTurnEnvironment(Environment):
     @abstractmethod
     def setup_files(self, task: TaskSpec) -> dict[str, str]:
         """The files the workspace starts with."""
+
+    def system_prompt_for(self, task: TaskSpec) -> str:
+        """The system prompt `task.prompt` opens with (the runner rewrites it for the model's format)."""
+        return self.system_prompt
+
+    def tool_table(self, task: TaskSpec) -> dict[str, dict]:
+        """The tools `task` offers: name -> spec (environments/toolkit/tools.py)."""
+        return {n: KNOWN_SPECS[n] for n in self.tools}
+
+    def open_workspace(self, sandbox, task: TaskSpec) -> Workspace:
+        """A workspace from `sandbox` ready for `task` (its `reset()` returns to this state)."""
+        return sandbox.workspace(self.setup_files(task))
+
+    def budget(self, task: TaskSpec) -> EpisodeBudget:
+        return EpisodeBudget()
 
     def test_command(self, task: TaskSpec) -> list[str] | None:
         """argv that `run_tests` runs in the workspace; None: no visible tests."""

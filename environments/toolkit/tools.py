@@ -17,6 +17,10 @@ raises either: a sandbox failure becomes an observation with exit code None.
 
 Observations are cut to `max_chars` keeping the head and the tail (errors and test
 summaries tend to be at the end), with a marker saying how many bytes were cut.
+More tools (`EXTRA_SPECS`: str_replace, list_files, run_python) are offered only where a
+domain names them (workspace tasks: environments/sources/workspace_tasks.py), and a task may
+bring tools of its own: a spec with a `command`, run by bash in the workspace with the call's
+arguments as JSON on stdin (`parse_tool_calls(..., specs=)` and `execute(..., specs=)`).
 Not done: parallel calls inside one turn run one after another, in order.
 """
 
@@ -53,20 +57,50 @@ TOOL_SPECS = {
         "parameters": {"type": "object", "properties": {}, "required": []},
     },
 }  # fmt: skip
+EXTRA_SPECS = {
+    "str_replace": {
+        "description": "Replace the one occurrence of `old` in a file with `new` (fails when `old` occurs zero or several times).",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "old": {"type": "string"},
+                                                        "new": {"type": "string"}}, "required": ["path", "old", "new"]},
+    },
+    "list_files": {
+        "description": "List the files and directories under a directory of the workspace (default: the working directory).",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": []},
+    },
+    "run_python": {
+        "description": "Run a Python program in the working directory and return its output.",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+    },
+}  # fmt: skip
+KNOWN_SPECS = {**TOOL_SPECS, **EXTRA_SPECS}
+LIST_FILES = r"""
+import os, sys
+root = sys.stdin.read() or "."
+for base, dirs, files in os.walk(root):
+    dirs.sort()
+    for name in sorted(dirs) + sorted(files):
+        path = os.path.relpath(os.path.join(base, name), ".")
+        print(path + ("/" if name in dirs and not os.path.islink(os.path.join(base, name)) else ""))
+"""
 
 
-def tool_specs(names: list[str] | None = None) -> list[dict]:
-    """The OpenAI chat tool list for `names` (default: all)."""
+def tool_specs(names: list[str] | None = None, specs: dict | None = None) -> list[dict]:
+    """The OpenAI chat tool list for `names` (default: the TOOL_SPECS ones), looked up in
+    `specs` (a task's own table) before the known tools; a spec's `command` stays out."""
+    table = {**KNOWN_SPECS, **(specs or {})}
     return [
-        {"type": "function", "function": {"name": n, **TOOL_SPECS[n]}} for n in (names or list(TOOL_SPECS))
+        {"type": "function", "function": {"name": n, **{k: v for k, v in table[n].items() if k != "command"}}}
+        for n in (names or list(TOOL_SPECS))
     ]
 
 
-def tools_prompt(intro: str, names: list[str] | None = None, fmt: ToolFormat | None = None) -> str:
+def tools_prompt(
+    intro: str, names: list[str] | None = None, fmt: ToolFormat | None = None, specs: dict | None = None
+) -> str:
     """A system prompt that describes the tools and how to call them (Hermes by default),
     for chat templates that know nothing of tools (the spec JSON is what models were
     trained to read)."""
-    return (fmt or BY_NAME["hermes"]).system_prompt(intro, tool_specs(names), template_has_tools=False)
+    return (fmt or BY_NAME["hermes"]).system_prompt(intro, tool_specs(names, specs), template_has_tools=False)
 
 
 @dataclass
@@ -87,7 +121,10 @@ class InvalidCall:
         return json.dumps({"invalid": self.reason, "raw": self.raw[:500]})
 
 
-def _check(obj, raw: str, allowed: list[str] | None) -> ToolCall | InvalidCall:
+JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
+
+
+def _check(obj, raw: str, allowed: list[str] | None, specs: dict | None = None) -> ToolCall | InvalidCall:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return InvalidCall(raw, "a tool call is a JSON object with a string 'name'")
     name, args = obj["name"], obj.get("arguments", obj.get("parameters", {}))
@@ -100,23 +137,36 @@ def _check(obj, raw: str, allowed: list[str] | None) -> ToolCall | InvalidCall:
         args = {}
     if not isinstance(args, dict):
         return InvalidCall(raw, f"arguments of {name} must be a JSON object")
-    if name not in TOOL_SPECS or (allowed is not None and name not in allowed):
+    table = {**KNOWN_SPECS, **(specs or {})}
+    if name not in table or (allowed is not None and name not in allowed):
         return InvalidCall(raw, f"unknown tool {name!r}; available: {', '.join(allowed or TOOL_SPECS)}")
-    params = TOOL_SPECS[name]["parameters"]
-    missing = [p for p in params["required"] if p not in args]
+    params = table[name]["parameters"]
+    missing = [p for p in params.get("required", []) if p not in args]
     if missing:
         return InvalidCall(raw, f"{name} needs argument(s): {', '.join(missing)}")
-    wrong = [p for p in params["required"] if not isinstance(args[p], str)]
-    if wrong:
+    props = params.get("properties", {})
+    wrong = [p for p in args if p in props and not _typed(args[p], props[p].get("type", "string"))]
+    if wrong and all(props[p].get("type", "string") == "string" for p in wrong):
         return InvalidCall(raw, f"{name}: argument(s) {', '.join(wrong)} must be strings")
-    return ToolCall(name, {k: args[k] for k in params["properties"] if k in args})
+    if wrong:
+        kinds = ", ".join(f"{p}: {props[p].get('type', 'string')}" for p in wrong)
+        return InvalidCall(raw, f"{name}: argument(s) of the wrong type ({kinds})")
+    return ToolCall(name, {k: args[k] for k in props if k in args})
+
+
+def _typed(value, kind) -> bool:
+    if isinstance(value, bool) and kind in ("integer", "number"):
+        return False
+    want = JSON_TYPES.get(kind) if isinstance(kind, str) else None
+    return want is None or isinstance(value, want)
 
 
 def parse_tool_calls(
-    text: str, allowed: list[str] | None = None, fmt: ToolFormat | None = None
+    text: str, allowed: list[str] | None = None, fmt: ToolFormat | None = None, specs: dict | None = None
 ) -> list[ToolCall | InvalidCall]:
     """Every tool call in `text` written in format `fmt` (environments/toolkit/tool_formats.py;
-    Hermes by default), in order; empty when the text makes none."""
+    Hermes by default), in order; empty when the text makes none. `specs`: a task's own
+    tools (name -> spec), beside the known ones."""
     calls: list[ToolCall | InvalidCall] = []
     for block in (fmt or BY_NAME["hermes"]).blocks(text):
         try:
@@ -128,7 +178,7 @@ def parse_tool_calls(
                 calls.append(InvalidCall(block, "the tool call is not valid JSON"))
                 continue
         for item in obj if isinstance(obj, list) else [obj]:
-            calls.append(_check(item, block, allowed))
+            calls.append(_check(item, block, allowed, specs))
     return calls
 
 
@@ -173,9 +223,11 @@ def execute(
     limits: Limits | None = None,
     test_command: list[str] | None = None,
     max_chars: int = 2000,
+    specs: dict | None = None,
 ) -> StepResult:
     """Run one call in `ws`. `test_command` is what `run_tests` runs (None: the task has no
-    tests). The observation is what the model sees next."""
+    tests); `specs`: the task's own tools (a spec's `command` runs with the arguments as
+    JSON on stdin). The observation is what the model sees next."""
     start = time.monotonic()
 
     def done(obs: str, code: int | None, cut: bool = False, submitted: bool = False) -> StepResult:
@@ -200,6 +252,19 @@ def execute(
         elif call.name == "write_file":
             ws.put({args["path"]: args["content"]})
             return done(f"[wrote {len(args['content'].encode())} bytes to {args['path']}]", 0)
+        elif call.name in (specs or {}) and "command" in specs[call.name]:
+            res = ws.run(["bash", "-c", specs[call.name]["command"]], stdin=json.dumps(args), limits=limits)
+        elif call.name == "str_replace":
+            content = ws.read_file(args["path"], max_bytes=16 << 20)
+            found = content.count(args["old"]) if args["old"] else 0
+            if found != 1:
+                return done(f"[error: `old` occurs {found} times in {args['path']}; it must occur exactly once]", 1)
+            ws.put({args["path"]: content.replace(args["old"], args["new"], 1)})
+            return done(f"[replaced 1 occurrence in {args['path']}]", 0)
+        elif call.name == "list_files":
+            res = ws.run(["python", "-I", "-c", LIST_FILES], stdin=args.get("path") or ".", limits=limits)
+        elif call.name == "run_python":
+            res = ws.run(["python", "-I", "-c", args["code"]], limits=limits)
         else:  # parse_tool_calls only lets known tools through
             return done(f"[tool {call.name} is not executable]", None)
     except (ValueError, OSError, RuntimeError) as exc:  # bad path, missing file, worker gone
