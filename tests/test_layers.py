@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
     ["flywheel/cli"],  # the command line and the local server: drives flows
     ["flows"],  # the cycle and the other flows, top to bottom
-    ["flywheel/run", "flywheel/production"],  # wiring a run (runtime, shards, update job); production in and out
+    ["flywheel/run", "flywheel/production", "flywheel/gateway"],  # a run's wiring; production in and out; the gateway
     ["tasks"],  # one Prefect task per stage, and the episode runner they share
     ["flywheel/reports"],  # summaries, statistics, tracking, progress: read the lake, never change a run
     ["flywheel/config"],  # the one typed config, gathering the sections of the layers below

@@ -14,6 +14,7 @@ from flywheel.cli.check import register_check_command
 from flywheel.cli.common import checked_config, lake_flags, live_display, load_config
 from flywheel.cli.errors import FlywheelGroup, UsageProblem
 from flywheel.cli.eval import register_eval_commands
+from flywheel.cli.gateway import gateway_app
 from flywheel.cli.query import register_query_commands
 from flywheel.cli.show_config import register_show_config_command
 from flywheel.cli.store import store_app
@@ -25,6 +26,7 @@ from flywheel.cli.production import register_production_commands
 app = typer.Typer(cls=FlywheelGroup, add_completion=False, no_args_is_help=True, help=__doc__,
                   pretty_exceptions_show_locals=False)  # fmt: skip
 app.add_typer(store_app, name="store")
+app.add_typer(gateway_app, name="gateway")
 
 
 def _version(value: bool) -> None:
