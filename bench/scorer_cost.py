@@ -1,4 +1,4 @@
-"""What the guarded parsers (environments/safe_parse.py) cost per scored answer, and what
+"""What the guarded parsers (environments/parsing/safe_parse.py) cost per scored answer, and what
 they stop: the rg scorers that evaluate answers, and math-verify, each scored with the
 harness as it is and with the same harness unguarded (the scorers' own `eval` and sympy
 `parse_expr`, as before issue 41), in the real sandbox, side by side.

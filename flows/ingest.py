@@ -11,7 +11,7 @@ redactions (by pattern) and traces per workload.
 `ingest_file` is the body (bench/ingest.py times it); the `ingest` flow runs it over
 paths and publishes each report as a table artifact; the `ingest-traces` deployment in
 prefect.yaml runs the flow on a schedule. What a trace becomes, a task with a verifier,
-is the workload's business (flywheel/config/__init__.py `workloads`, environments/traces.py).
+is the workload's business (flywheel/config/__init__.py `workloads`, environments/sources/traces.py).
 """
 
 from __future__ import annotations

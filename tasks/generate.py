@@ -6,7 +6,7 @@ Dispatch on the domain's kind, once per task list:
   them. Batches hold at least CALL_SEQUENCES sequences (prompts x k), so that progress
   shows on long lists without starving vLLM, which batches within each call (cutting a
   cycle's 32 sequences into four calls of 8 cost more than half its throughput).
-- "episode" domains (environments/agentic.py): the episode runner (tasks/multiturn.py)
+- "episode" domains (environments/toolkit/agentic.py): the episode runner (tasks/multiturn.py)
   plays each trajectory turn by turn in its own sandbox workspace, each turn joining the
   engine's running batch as soon as it is ready (`generation.continuous_turns`), and the
   domain scores the final workspace before it is released, so these rollouts carry their

@@ -1,6 +1,6 @@
 """Stage 7, replay: failures of recent cycles are queued, in the lake, for the next one,
 and so are production's: tasks of sampled `traces:` domains whose logged response failed
-(environments/traces.py) that this run has not tried yet, up to
+(environments/sources/traces.py) that this run has not tried yet, up to
 `replay.production_per_cycle`. The queue is a file per cycle, so a resumed run finds it
 instead of recomputing it."""
 

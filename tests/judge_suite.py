@@ -3,7 +3,7 @@ obedient stub judge, and one scoring path for tests/test_judge_injection.py and
 bench/judge_injections.py.
 
 Every item is an invoice-extraction task (a reference answer and a real `json_fields`
-verifier: environments/verifiers.py). An injection rides on a *wrong* answer (total off
+verifier: environments/verifiers/answers.py). An injection rides on a *wrong* answer (total off
 by 10): an honest judge fails it, so any pass is the injection's doing. A benign item is
 the right answer with the same carriers, and must keep its marks.
 

@@ -2,7 +2,7 @@
 file (deep nesting, lone surrogates, a BOM, numbers no float holds, a cut gzip, flipped
 bytes in a Parquet row group, binary Parquet values), becomes a quarantined row naming
 its file and line or row, or one clear error naming the file, and the good rows beside it
-are kept: in a task file (environments/task_rows.py) and in trace ingest (flows/ingest.py)."""
+are kept: in a task file (environments/sources/task_rows.py) and in trace ingest (flows/ingest.py)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_jsonl_bom_nesting_surrogates_and_huge_numbers(tmp_path):
     assert why["line 6"].startswith(f"nested deeper than {MAX_DEPTH} levels (at x")
     assert why["line 7"] == "answer is inf"
     assert "beyond the range of a float" in why["line 8"]
-    # "1e400" as text: refused by the number reader itself (environments/verifiers.py) or by the range check
+    # "1e400" as text: refused by the number reader itself (environments/verifiers/answers.py) or by the range check
     assert why["line 9"].startswith(
         ("answer '1e400' is beyond", "verifier numeric needs a number, not '1e400'")
     )

@@ -1,4 +1,4 @@
-"""reasoning-gym's generators as domains (environments/rg.py): the same tasks in every
+"""reasoning-gym's generators as domains (environments/sources/rg.py): the same tasks in every
 process, references that score 1.0 in the real bubblewrap sandbox, scoring of model text
 only there, globs and mixing weights, and a sampler fit for hundreds of arms."""
 
@@ -106,7 +106,7 @@ def test_generators_that_give_no_answer_get_a_witness_of_ours_and_no_credit_for_
 
 def test_model_text_is_evaluated_only_in_the_sandbox(box, tmp_path):
     """n_queens's scorer eval()s the answer: that happens in the sandbox (the host file
-    is never written), where its eval is a literal reader (environments/safe_parse.py;
+    is never written), where its eval is a literal reader (environments/parsing/safe_parse.py;
     tests/test_scorer_isolation.py tries the attack forms), code-like answers are refused
     before they get there, and the flow's process never imports reasoning_gym at all
     (generation is the helper's)."""

@@ -1,5 +1,5 @@
 """Scorers that evaluate answers never run answer code where the score is reported
-(environments/safe_parse.py), the numeric verifier's numbers beyond float range.
+(environments/parsing/safe_parse.py), the numeric verifier's numbers beyond float range.
 
 The attack forms run against the real bubblewrap sandbox, the real reasoning-gym and
 math-verify, through the real scoring path, with the code-like check switched off: what

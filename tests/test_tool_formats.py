@@ -1,4 +1,4 @@
-"""Tool calls of other model families (environments/tool_formats.py): each format parsed,
+"""Tool calls of other model families (environments/toolkit/tool_formats.py): each format parsed,
 rendered and detected from a chat template, and a whole multi-turn episode per format:
 the domain's reference calls written in the family's format, tokenized by a real
 tokenizer, parsed, run in the real sandbox, their results rendered back by the template.

@@ -83,7 +83,7 @@ class GenerationConfig(Section):
     max_turns: int = Field(6, ge=1, description="Assistant turns per multi-turn trajectory.")
     tool_format: Literal["auto", "hermes", "llama3_json", "mistral"] = Field(
         "auto",
-        description="How the model writes tool calls; auto: from its chat template (environments/tool_formats.py).",
+        description="How the model writes tool calls; auto: from its chat template (environments/toolkit/tool_formats.py).",
     )
     continuous_turns: bool = Field(
         True,
@@ -191,7 +191,7 @@ class RewardConfig(Section):
     overlong_buffer: int = Field(
         0, ge=0, description="DAPO soft overlong penalty: the last N tokens of max_tokens cost up to -1."
     )
-    # Multi-turn domains (environments/agentic.py): reward = weighted mean of the outcome
+    # Multi-turn domains (environments/toolkit/agentic.py): reward = weighted mean of the outcome
     # and the process terms; each term is also stored on its own in the lake.
     outcome_weight: float = Field(1.0, gt=0, description="Weight of the domain's outcome (tests, checks).")
     valid_weight: float = Field(0.1, ge=0, description="Weight of the share of tool calls that parsed.")

@@ -27,7 +27,7 @@ class IngestConfig(Section):
 
 
 class WorkloadConfig(Section):
-    """How a production workload's traces become tasks (environments/traces.py): sample
+    """How a production workload's traces become tasks (environments/sources/traces.py): sample
     them as the domain `traces:<workload>`."""
 
     verifier: str = Field(
