@@ -11,6 +11,10 @@ every evaluation of a run as `evaluations` and defines:
                reward, share of tasks with any reward, mean turns, tokens per solved
                task, tool-call validity.
 
+and, over the episodes of multi-turn domains, the agentic views of storage/agentic.py
+(agentic_episodes, agentic_cells, agentic_failures, agentic_tasks, agentic_pass_k), keyed by
+policy version, mode, domain and level; a valid call is `call_kind` = 'valid' there and here.
+
 Intervals are not SQL: flywheel/reports/stats.py puts a Wilson interval on each cell's solved /
 tasks and a paired bootstrap on two versions' eval_tasks (flywheel/reports/eval_report.py).
 """
@@ -21,6 +25,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from flywheel.storage import agentic
 from flywheel.storage.schema import TRAJECTORY_SCHEMA
 
 EVAL_TASKS_VIEW = """
@@ -28,7 +33,7 @@ CREATE OR REPLACE VIEW eval_tasks AS
 SELECT policy_version, mode, domain, level, task_id,
        max((verdict = 'pass')::INT) AS solved, avg(reward) AS reward, avg(num_turns) AS turns,
        sum(len(completion_token_ids)) AS tokens, sum(num_tool_calls) AS calls,
-       sum(len(list_filter(steps, lambda s: s.action NOT LIKE '%"invalid"%'))) FILTER (WHERE num_tool_calls > 0)
+       sum(len(list_filter(steps, lambda s: call_kind(s.action) = 'valid'))) FILTER (WHERE num_tool_calls > 0)
            AS valid_calls
 FROM evaluations GROUP BY ALL
 """
@@ -53,6 +58,7 @@ def connect(lake, run_id: str) -> duckdb.DuckDBPyConnection:
     schema = TRAJECTORY_SCHEMA.append(pa.field("mode", pa.string()))
     con = duckdb.connect()
     con.register("evaluations", pa.concat_tables(tables) if tables else schema.empty_table())
+    agentic.define(con, "evaluations", ["policy_version", "mode", "domain", "level"])
     con.execute(EVAL_TASKS_VIEW)
     con.execute(EVAL_CELLS_VIEW)
     return con

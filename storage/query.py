@@ -11,6 +11,7 @@ import dataclasses
 
 import duckdb
 
+from flywheel.storage import agentic
 from flywheel.storage.lake import Lake
 from flywheel.storage.schema import TaskSpec
 
@@ -20,7 +21,8 @@ def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
     `cycles` view (one row per run and cycle with its size, reward, pass rate and the
     tokens the model sampled: observation tokens, NaN logprobs, are not counted), a
     `groups` view (GROUPS_VIEW), a `domain_cycles` view (DOMAIN_CYCLES_VIEW), a
-    `components` view (COMPONENTS_VIEW) and a `signal` view (SIGNAL_VIEW)."""
+    `components` view (COMPONENTS_VIEW), a `signal` view (SIGNAL_VIEW), and the agentic
+    views of episodes (storage/agentic.py) per run, cycle, domain and level."""
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id))
     con.register("tasks", lake.dataset("tasks", run_id))
@@ -29,6 +31,7 @@ def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
     con.execute(DOMAIN_CYCLES_VIEW)
     con.execute(COMPONENTS_VIEW)
     con.execute(SIGNAL_VIEW)
+    agentic.define(con, "trajectories", ["run_id", "cycle", "domain", "level"])
     return con
 
 
