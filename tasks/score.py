@@ -3,7 +3,8 @@ and every rollout becomes a Trajectory record (tasks/records.py).
 
 Dispatch on the domain's kind, once per rollout: "check" domains score on the host;
 "sandbox" domains' jobs run all at once on the sandbox pool; "episode" rollouts were
-scored in their workspaces during generation and keep that score. Then the user's
+scored in their workspaces during generation and keep that score (with their tool-call
+accuracy beside it where the source keeps the expected calls). Then the user's
 `reward.functions` (environments/reward_functions.py) score the single-turn rollouts in
 the sandbox and `reward.judge` (environments/judge.py) scores them by a rubric, each
 one's value kept as its own reward component:
@@ -30,6 +31,7 @@ from prefect.cache_policies import NO_CACHE
 from flywheel.environments import CheckEnvironment, Environment, SandboxEnvironment, Score
 from flywheel.environments import reward_functions as rf
 from flywheel.environments.sandbox import ExecResult, Job
+from flywheel.environments.toolkit.agentic import MultiTurnEnvironment
 from flywheel.config import RewardConfig
 from flywheel.reports.progress import stage
 from flywheel.policy.grpo import overlong_penalty
@@ -108,7 +110,7 @@ def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> 
     for i, r in enumerate(rollouts):
         sc = r.episode_score
         if sc is not None:  # an episode: scored in its workspace (not in `verified`)
-            out.append(trajectory_record(ctx, r, sc, components=[component("verifier", sc.reward)]))
+            out.append(trajectory_record(ctx, r, sc, components=episode_components(parts.domains[r.task.domain], r)))
             continue
         env = parts.domains[r.task.domain]
         sc, res = verified[i].score, verified[i].result
@@ -124,6 +126,16 @@ def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> 
         r = dataclasses.replace(r, verifier_version=f"{env.name}-{env.version}")
         overlong = overlong_penalty(len(r.completion_token_ids), max_tokens, buffer)
         out.append(trajectory_record(ctx, r, sc, steps=steps, timings=timings, components=components, penalty=overlong))
+    return out
+
+
+def episode_components(env, r: Rollout) -> list[dict]:
+    """An episode's components: the verifier's reward and, where its source keeps the
+    expected calls, `tool_call_accuracy` (a measurement beside the reward, not a part of it)."""
+    out = [component("verifier", r.episode_score.reward)]
+    accuracy = env.call_accuracy(r.task, r.steps) if isinstance(env, MultiTurnEnvironment) else None
+    if accuracy is not None:
+        out.append(component("tool_call_accuracy", accuracy))
     return out
 
 

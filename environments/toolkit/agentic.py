@@ -30,10 +30,18 @@ or job; generate plays them with flywheel.tasks.multiturn.run_episodes, which sc
 `reference(task)` gives the tool calls of a passing episode as assistant messages, one
 call per turn; `tool_call_text` renders such a message in the format the model is asked
 to write.
+
+Tool-call accuracy. Where a source says which calls a correct episode makes (BFCL's ground
+truth), `expected_calls(task)` returns them and `call_accuracy(task, steps)` compares the
+episode's valid calls with them (`sequence_accuracy`); the score stage keeps it as the
+reward component `tool_call_accuracy` (not part of the reward), which the agentic views
+average (storage/agentic.py). By default there are none: `reference_calls` of repair and
+terminal is one passing solution among many, so closeness to it measures nothing.
 """
 
 from __future__ import annotations
 
+import json
 from abc import abstractmethod
 from dataclasses import dataclass
 
@@ -125,6 +133,16 @@ class MultiTurnEnvironment(Environment):
         """The tool calls ({"name", "arguments"}) of a passing episode; None: none kept."""
         return None
 
+    def expected_calls(self, task: TaskSpec) -> list[dict] | None:
+        """The calls ({"name", "arguments"}) the source says a correct episode makes, in
+        order; None (the default): there is no one right sequence."""
+        return None
+
+    def call_accuracy(self, task: TaskSpec, steps: list[dict]) -> float | None:
+        """How closely the episode's calls (`steps`) match `expected_calls`; None without them."""
+        expected = self.expected_calls(task)
+        return None if expected is None else sequence_accuracy(made_calls(steps), expected)
+
     def reference(self, task: TaskSpec) -> list[dict] | None:
         calls = self.reference_calls(task)
         if calls is None:
@@ -156,6 +174,28 @@ class MultiTurnEnvironment(Environment):
         verdict = "pass" if total and passed == total else "fail"
         return Score(reward, verdict, outcome=outcome, process=process, tests_passed=passed,
                      tests_total=total, error=error)  # fmt: skip
+
+
+def made_calls(steps: list[dict]) -> list[dict]:
+    """The valid calls ({"name", "arguments"}) of an episode's steps, in order."""
+    return [json.loads(s["action"]) for s in steps if is_valid(s)]
+
+
+def sequence_accuracy(made: list[dict], expected: list[dict]) -> float:
+    """The longest common subsequence of the two call lists over the longer one: 1.0 only
+    for the expected calls in order and nothing else; each missing, extra, misplaced or
+    wrong call lowers it. A call matches when its name and arguments are equal (1 == 1.0);
+    `submit` is left out of both (it only ends the episode). Two empty lists: 1.0."""
+    a = [(c["name"], c.get("arguments") or {}) for c in made if c["name"] != "submit"]
+    b = [(c["name"], c.get("arguments") or {}) for c in expected if c["name"] != "submit"]
+    if not a and not b:
+        return 1.0
+    row = [0] * (len(b) + 1)
+    for x in a:
+        prev = 0  # the row above, one column left
+        for j, y in enumerate(b):
+            prev, row[j + 1] = row[j + 1], prev + 1 if x == y else max(row[j + 1], row[j])
+    return row[-1] / max(len(a), len(b))
 
 
 def tool_call_text(message: dict, fmt: ToolFormat | None = None) -> str:
