@@ -38,6 +38,7 @@ class Result:
             {"group": f"d{i}/l1", "pass@1": pass_rate, "ci_low": 0.1, "ci_high": 0.6, "n": 40}
             for i in range(12)
         ]
+        self.agentic: list[dict] = []  # no episode domains
 
 
 def lake_connection():

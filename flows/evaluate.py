@@ -9,8 +9,10 @@ What is evaluated (the same tasks every time, from a fixed seed, so versions com
   every task of a file suite, `eval.suite_tasks_per_level` per level of a generated one.
 pass@1 is greedy (temperature 0, one sample), with its 95% Wilson interval per cell and
 pooled per group; `eval.k` > 0 adds pass@k at the training temperature. Trajectories go
-to the lake under `evaluations/` (storage/evals.py defines the metrics over them), and
-a markdown report lands in the run dir.
+to the lake under `evaluations/` (storage/evals.py defines the metrics over them, and
+storage/agentic.py the agentic ones of episode domains: completion with its interval,
+pass@k and pass^k, turns and tokens per solved episode, call validity and accuracy, wall
+time, why episodes failed), and a markdown report lands in the run dir.
 
 `run_evaluation(rt)` is the body: the `evaluate` flow runs it on a Runtime of its own,
 and the flywheel runs it inside the loop on the run's engine (flows/flywheel.py), where
@@ -25,7 +27,7 @@ from prefect import flow, get_run_logger
 
 from flywheel.environments.base import ListsTasks
 from flywheel.environments.registry import expand, expand_all
-from flywheel.reports import eval_report
+from flywheel.reports import agentic_report, eval_report
 from flywheel.config import FlywheelConfig
 from flywheel.reports.progress_lines import lines_unless_shown
 from flywheel.reports.summary import artifact_key
@@ -105,13 +107,14 @@ def run_evaluation(rt: Runtime, tasks_per_level: int | None = None, k: int | Non
     con = evals.connect(rt.lake, rt.run_id)
     cells = eval_report.cells(con, version, k)
     groups = eval_report.groups(cells, by_group)
+    agentic = agentic_report.evaluation_rows(con, version)  # episode domains' metrics (none without)
     comparisons = []  # against the run's first evaluated version: v0, or v1 after a cold start
     [(first,)] = con.execute("SELECT min(policy_version) FROM eval_cells WHERE mode = 'greedy'").fetchall()
     if first is not None and first < version:
         comparisons = eval_report.compare(con, first, con, version, by_group)
     result = EvalResult(run_id=rt.run_id, policy_version=version, rows=cells, groups=groups,
                         vs_base=[{"group": g, **p.as_dict()} for g, p in comparisons],
-                        base_version=first if comparisons else None,
+                        base_version=first if comparisons else None, agentic=agentic,
                         k=k, wall_s=round(time.monotonic() - t0, 1))  # fmt: skip
     _report(rt, result, comparisons)
     return result
@@ -152,9 +155,7 @@ def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int | N
     rt = Runtime(config, say=logger.info)
     try:
         if version is not None:
-            wanted = rt.policies.best_version if version == "best" else int(str(version).lstrip("v"))
-            if wanted is None:
-                raise ValueError(f"run {rt.run_id} has no best version yet: no evaluation recorded one")
+            wanted = rt.policies.resolve(version)
             if wanted != rt.engine_version:
                 rt.load_policy_into_engine(wanted)
         with lines_unless_shown():  # a worker's or notebook's run: stage lines on its stdout
@@ -165,7 +166,7 @@ def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int | N
 
 def _report(rt, result: EvalResult, comparisons) -> None:
     title = f"Evaluation of {result.run_id}, policy v{result.policy_version}"
-    text = eval_report.markdown(title, result.rows, result.groups, comparisons, result.wall_s)
+    text = eval_report.markdown(title, result.rows, result.groups, comparisons, result.wall_s, result.agentic)
     (rt.run_dir / f"eval-v{result.policy_version}.md").write_text(text)
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -173,6 +174,9 @@ def _report(rt, result: EvalResult, comparisons) -> None:
         create_table_artifact(
             result.rows, key=artifact_key("eval", rt.run_id), description="held-out evaluation"
         )
+        if result.agentic:
+            create_table_artifact(result.agentic, key=artifact_key("eval-agentic", rt.run_id),
+                                  description="agentic metrics of the episode domains")  # fmt: skip
         create_markdown_artifact(text)
     except Exception:  # reporting never stops a flow
         pass

@@ -198,6 +198,7 @@ def test_wandb_offline_run_reads_back(tmp_path):
             1,
             [{"group": "code/l1", "pass@1": 0.5, "ci_low": 0.3, "ci_high": 0.7, "n": 40}],
         )
+        agentic: list = []  # no episode domains evaluated
 
     tracker.evaluation(Eval())
     tracker.close()

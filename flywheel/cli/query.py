@@ -96,7 +96,8 @@ def _run_sql(con, sql: str, fmt: str) -> None:
         names, rows = [d[0] for d in cur.description], cur.fetchall()
     except duckdb.Error as exc:
         raise UsageProblem(f"query failed: {str(exc).splitlines()[0]}",
-                           "the views are trajectories, tasks, cycles, groups, domain_cycles, components, signal") from None  # fmt: skip
+                           "the views are trajectories, tasks, cycles, groups, domain_cycles, components, signal, "
+                           "agentic_episodes, agentic_cells, agentic_failures, agentic_tasks, agentic_pass_k") from None  # fmt: skip
     print_rows(names, rows, fmt)
 
 
@@ -140,7 +141,9 @@ def report(
     set_: list[str] = options.sets(),
 ):
     """Reward, pass rate and the share of zero-variance groups per run and cycle, by
-    domain and level (or by domain, or whole cycles); or per production workload."""
+    domain and level (or by domain, or whole cycles); or per production workload. Episode
+    domains add their agentic metrics per domain and level: completion, pass@k and pass^k,
+    turns and tokens per solved task, tool-call validity and accuracy, wall time, failures."""
     from flywheel.storage.query import connect
 
     keys = {"level": "domain, level", "domain": "domain", "cycle": "split"}
@@ -162,6 +165,24 @@ def report(
     _run_sql(con, REPORT_SQL.format(by=keys[by]), "table")
     for note in notes(signal_rows(con)):  # cycles that taught GRPO nothing, and why
         typer.echo(note)
+    _agentic(con, lake, run_id)
+
+
+def _agentic(con, lake, run_id: str | None) -> None:
+    """The agentic metrics of episode domains (storage/agentic.py), per cycle and, for one
+    run, per evaluated version; nothing without episodes."""
+    from flywheel.reports.agentic_report import agentic_rows
+
+    sections = [("Agentic metrics of the training episodes", agentic_rows(con, ["run_id", "cycle", "domain", "level"]))]
+    if run_id and lake.evaluation_files(run_id):
+        from flywheel.storage import evals
+
+        rows = agentic_rows(evals.connect(lake, run_id), ["policy_version", "mode", "domain", "level"])
+        sections.append(("Agentic metrics of the evaluations", rows))
+    for title, rows in sections:
+        if rows:
+            typer.echo(f"\n{title} (completion with its 95% interval; pass^k: all k samples pass):")
+            print_rows(list(rows[0]), [list(r.values()) for r in rows], "table")
 
 
 def register_query_commands(app: typer.Typer) -> None:

@@ -8,12 +8,14 @@ From the lake's evaluation views (storage/evals.py):
 - `compare`: two policy versions (of one run or two) on the same tasks: the paired
   difference of pass@1 with a bootstrap interval, per group, saying "no resolvable
   difference" when the interval spans 0;
-- `markdown` and `model_card`: the tables as text.
+- `markdown` and `model_card`: the tables as text, with the agentic metrics of episode
+  domains (flywheel/reports/agentic_report.py) when there are any.
 """
 
 from __future__ import annotations
 
 from flywheel.reports.stats import Paired, paired, wilson
+from flywheel.storage.agentic import FAILURES
 
 CELL_SQL = """
 SELECT domain, level, tasks, solved, mean_reward, mean_turns, tokens_per_solved, tool_call_validity
@@ -83,9 +85,17 @@ def _table(rows: list[dict]) -> list[str]:
     return lines + ["| " + " | ".join("" if r.get(h) is None else str(r.get(h)) for h in header) + " |" for r in rows]
 
 
-def markdown(title: str, cell_rows: list[dict], group_rows: list[dict], comparisons=(), wall_s: float | None = None) -> str:
+def markdown(title: str, cell_rows: list[dict], group_rows: list[dict], comparisons=(), wall_s: float | None = None,
+             agentic: list[dict] = ()) -> str:  # fmt: skip
     lines = [f"# {title}", "", "Greedy pass@1 with 95% Wilson intervals; n = tasks.", ""]
     lines += _table(group_rows) + [""] + _table(cell_rows)
+    if agentic:  # episodes of multi-turn domains (flywheel/reports/agentic_report.py)
+        keys = [n for n in agentic[0] if n in ("mode", "domain", "level")]
+        lines += ["", "Agentic metrics (episodes; completion with its 95% Wilson interval; pass^k: all k pass):", ""]
+        lines += _table([{n: v for n, v in r.items() if n not in FAILURES} for r in agentic])
+        lines += ["", "Why episodes failed:", ""]
+        lines += _table([{**{k: r[k] for k in keys}, "failed": r["episodes"] - r["completed"],
+                          **{f: r[f] for f in FAILURES}} for r in agentic])  # fmt: skip
     if comparisons:
         lines += ["", "Paired differences (same tasks; bootstrap 95% interval):", ""]
         lines += [f"- {name}: {p.describe()}" for name, p in comparisons]

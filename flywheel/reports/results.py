@@ -45,6 +45,10 @@ class EvalResult(BaseModel):
     # after a cold start) on the same tasks: diff, ci_low, ci_high, resolvable
     vs_base: list[dict] = []
     base_version: int | None = None
+    # per mode, domain and level of the episode domains (flywheel/reports/agentic_report.py):
+    # completion with ci_low/ci_high, pass@k, pass^k, turns and tokens per solved, call
+    # validity and accuracy, wall seconds, and one count per failure; [] without episodes
+    agentic: list[dict] = []
     k: int = 0
     wall_s: float = 0.0
 
@@ -52,6 +56,12 @@ class EvalResult(BaseModel):
         import pandas as pd
 
         return pd.DataFrame(self.rows)
+
+    def agentic_frame(self):
+        """The agentic metrics of the episode domains, one row per mode, domain and level."""
+        import pandas as pd
+
+        return pd.DataFrame(self.agentic)
 
     def metric(self, group: str) -> float | None:
         """Pooled pass@1 of a group ("held-out" or a suite), None when not evaluated."""
@@ -75,6 +85,13 @@ class FlywheelResult(BaseModel):
             row.update({f"{k}_s": v for k, v in c.stage_s.items()})
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def agentic(self):
+        """The agentic metrics of every evaluation, one row per policy version, mode,
+        domain and level (empty without episode domains)."""
+        import pandas as pd
+
+        return pd.DataFrame([{"policy_version": e.policy_version, **row} for e in self.evaluations for row in e.agentic])
 
     def by_domain_level(self):
         """One row per cycle, domain and level."""

@@ -17,7 +17,9 @@ Logged: the whole config as params (`generation.k`, ...); per cycle its summary 
 pass rate, stage seconds, per-domain pass rate) at step = cycle, the update's metrics at
 the step of the cycle it trained on, and a table of sample completions (prompt,
 completion, reward, verdict); per evaluation each group's pass@1 with its 95% interval
-and n at step = policy version, and the table; the reward curve image.
+and n at step = policy version, and the table, with the agentic metrics of episode domains
+(flywheel/reports/agentic_report.py: eval/agentic/<mode>/<domain>/l<level>/<metric>) and
+their table; the reward curve image.
 
 A tracker never stops a cycle: the first failure of a backend is warned once (named),
 then `tracking.on_error` decides: `buffer` keeps the calls (up to `buffer_max`) and
@@ -35,6 +37,7 @@ import os
 import time
 from pathlib import Path
 
+from flywheel.reports.agentic_report import tracker_values
 
 log = logging.getLogger("flywheel")
 
@@ -184,7 +187,7 @@ class WandbBackend:
         if rows:
             cols = list(rows[0])
             table = self.wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in rows])
-            self.run.log({f"tables/{name.split('/')[0]}": table, self._axis(name): step})
+            self.run.log({f"tables/{name.rsplit('/', 1)[0]}": table, self._axis(name): step})  # eval/agentic/v1: its own
 
     def image(self, path: Path) -> None:
         self.run.log({"reward_curve": self.wandb.Image(str(path))})
@@ -298,8 +301,11 @@ class Tracker:
         for g in result.groups:
             for key in ("pass@1", "ci_low", "ci_high", "n"):
                 values[f"eval/{g['group']}/{key}"] = g[key]
+        values.update(tracker_values(result.agentic))  # the episode domains' agentic metrics, if any
         self._call("metrics", values, result.policy_version)
         self._call("table", f"eval/v{result.policy_version:04d}", list(result.groups), result.policy_version)
+        if result.agentic:
+            self._call("table", f"eval/agentic/v{result.policy_version:04d}", list(result.agentic), result.policy_version)
 
     def close(self, status: str = "FINISHED") -> None:
         self._call("close", status)
