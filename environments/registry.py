@@ -3,7 +3,10 @@
 `sampler.domains` (and the evaluation suites) name domains as:
   code, math, ...          a built-in domain (BUILTIN below), or an eval-only suite
                            (SUITES: humaneval, code_transfer);
-  file:PATH                the tasks of a file (environments/sources/task_file.py);
+  file:PATH                the tasks of a file (environments/sources/task_file.py), or
+                           workspace tasks (rows with an `instruction`, or task
+                           directories: environments/sources/workspace_tasks.py);
+  harbor:PATH              Harbor task directories (environments/sources/harbor.py);
   NAME                     a domain an installed package registers in the
                            `flywheel.domains` entry-point group (NAME = module:Class);
   pkg.module:Class         any importable Environment subclass;
@@ -39,6 +42,7 @@ BUILTIN = {
     "data": "flywheel.environments.domains.data:DataTransform",
     "repair": "flywheel.environments.domains.repair:CodeRepair",  # multi-turn: tools in a workspace
     "terminal": "flywheel.environments.domains.terminal:Terminal",  # multi-turn
+    "harbor": "flywheel.environments.domains.harbor_set:HarborSet",  # multi-turn: the Harbor tasks shipped here
 }
 # Eval-only suites: reported beside the held-out cells (eval.suites), never trained on.
 SUITES = {
@@ -124,10 +128,22 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
             raise DomainError(str(exc)) from exc
     if spec.startswith("file:"):
         from flywheel.environments.sources.task_file import FileTasks, TaskFileError
+        from flywheel.environments.sources.workspace_tasks import (
+            WorkspaceTaskError, WorkspaceTasks, is_workspace_source)  # fmt: skip
 
         try:
+            if is_workspace_source(spec[len("file:") :]):
+                return WorkspaceTasks(spec[len("file:") :], eval_only=eval_only)
             return FileTasks(spec[len("file:") :], eval_only=eval_only)
-        except TaskFileError as exc:
+        except (TaskFileError, WorkspaceTaskError) as exc:
+            raise DomainError(str(exc)) from exc
+    if spec.startswith("harbor:"):
+        from flywheel.environments.sources.harbor import HarborTasks
+        from flywheel.environments.sources.workspace_tasks import WorkspaceTaskError
+
+        try:
+            return HarborTasks(spec[len("harbor:") :], eval_only=eval_only)
+        except WorkspaceTaskError as exc:
             raise DomainError(str(exc)) from exc
     found = plugins()
     if spec in found:
@@ -135,7 +151,7 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
     if ":" in spec:
         return _load_class(spec, spec)()
     known = sorted(BUILTIN) + sorted(SUITES) + sorted(found)
-    raise DomainError(f"unknown domain {spec!r}; known: {', '.join(known)}, or file:PATH, or module:Class")
+    raise DomainError(f"unknown domain {spec!r}; known: {', '.join(known)}, or file:PATH, harbor:PATH, or module:Class")
 
 
 @lru_cache(maxsize=None)
@@ -154,7 +170,7 @@ def resolve_traces(spec: str, source) -> Environment:
 
 def source_of(spec: str, env: Environment) -> str:
     """Where a domain comes from, for `flywheel domains`."""
-    if spec in BUILTIN or spec in SUITES or spec.startswith(("file:", "rg/", "traces:")):
+    if spec in BUILTIN or spec in SUITES or spec.startswith(("file:", "harbor:", "rg/", "traces:")):
         return env.source
     found = plugins()
     return f"plug-in {found[spec]}" if spec in found else spec

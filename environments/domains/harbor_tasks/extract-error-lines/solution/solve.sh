@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+grep " ERROR " /app/app.log > /app/errors.log

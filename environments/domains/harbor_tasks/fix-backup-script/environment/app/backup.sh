@@ -1,0 +1,6 @@
+#!/bin/bash
+set -euo pipefail
+src="$(dirname "$0")/notes"
+dest="$(dirname "$0")/backup"
+mkdir -p "$dst"
+cp "$src"/*.txt "$dest"/

@@ -1,0 +1,1 @@
+from .core import paginate, page_count

@@ -1,0 +1,7 @@
+def page_count(n, size):
+    return n // size
+
+
+def paginate(items, page, size):
+    start = page * size
+    return items[start:start + size]

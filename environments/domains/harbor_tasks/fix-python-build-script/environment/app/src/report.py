@@ -1,0 +1,3 @@
+def report(items):
+    for i in items
+        print(i)

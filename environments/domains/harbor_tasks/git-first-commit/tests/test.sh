@@ -1,0 +1,18 @@
+#!/bin/bash
+# Harbor verifier: the fraction of checks that hold goes to /logs/verifier/reward.txt;
+# the exit code is 0 only when every check holds.
+mkdir -p /logs/verifier
+cd /app || { echo 0 > /logs/verifier/reward.txt; exit 1; }
+passed=0
+total=0
+check() {
+  total=$((total + 1))
+  if (eval "$1") >/dev/null 2>&1; then passed=$((passed + 1)); else echo "FAILED: $1"; fi
+}
+check 'git rev-parse --git-dir >/dev/null 2>&1'
+check '[ "$(git log --format=%s 2>/dev/null)" = "initial commit" ]'
+check '[ "$(git ls-files | sort | tr "\n" " ")" = "README.md main.py " ]'
+check '[ -z "$(git status --porcelain)" ]'
+echo "$passed/$total checks hold"
+python3 -c "print(round($passed / $total, 4))" > /logs/verifier/reward.txt
+[ "$passed" = "$total" ]

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+cd /app && git merge -q --no-edit feature

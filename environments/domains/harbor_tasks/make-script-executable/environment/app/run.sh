@@ -1,0 +1,2 @@
+#!/bin/bash
+echo ok > "$(dirname "$0")/ran.txt"

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+mv /app/settings.ini.bak /app/settings.ini

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+tr "[:lower:]" "[:upper:]" < /app/words.txt > /app/WORDS.txt

@@ -1,0 +1,217 @@
+"""What a workspace task runs in its sandbox: setup, the prepared template, the hidden tests.
+
+Set-up per episode (`Templates.open`). A task's setup commands run ONCE per process: in a
+workspace holding its starting files, then the workspace's tree is captured as a tar
+(base64, in memory on the host, bounded by TEMPLATE_BYTES in all). Every episode after
+that acquires a warm worker and restores the tar with one in-process Python run (the
+worker's fast path: no new interpreter, no bash), then snapshots it, so `reset()` returns
+there. Tasks without setup commands skip all of it: their files are put at acquire, as
+for every other domain. bench/workspace_reset.py measures both against running the setup
+every episode.
+
+Hidden tests (`run_hidden`), after the episode, never before: the harness (ours, tagged
+with a nonce, environments/tagged.py) removes whatever the episode left at /tmp/tests and
+/tmp/logs (a link, files), writes the test files to /tmp/tests, runs the task's command with
+bash in /work in a process of its own (the nonce stays in the harness), and reports, in
+this order of precedence: a reward Harbor-style (/tmp/logs/verifier/reward.txt, a number,
+or reward.json's "reward"); per-test outcomes (results.json at $RESULTS, or the last JSON
+line of the command's output when the task asks for "json"): {"tests": [{"name",
+"passed"}]} or {"passed": n, "total": m}; else the exit code (0 passes). Partial credit is
+the fraction passed (or the reward, clipped to [0, 1]).
+Not done: binary files in a template restore come back as they were captured (tar keeps
+them), but starting files are text only; background processes do not survive a step.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from flywheel.environments.sandbox import Limits
+from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged_output
+
+TEMPLATE_BYTES = 256 << 20  # all templates kept in memory, base64
+TEMPLATE_MAX = 48 << 20  # one template's base64 (the workspace tmpfs is 64 MiB)
+
+CAPTURE = r"""
+import base64, io, sys, tarfile
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+    tar.add(".", arcname=".")
+sys.stdout.write(base64.b64encode(buf.getvalue()).decode())
+"""
+RESTORE = r"""
+import base64, io, sys, tarfile
+with tarfile.open(fileobj=io.BytesIO(base64.b64decode(sys.stdin.read())), mode="r:gz") as tar:
+    tar.extractall(".")
+"""
+HIDDEN = PRELUDE + r"""
+import shutil, subprocess, time
+for d in ("/tmp/tests", "/tmp/logs"):
+    if os.path.islink(d) or os.path.isfile(d):
+        os.unlink(d)
+    elif os.path.isdir(d):
+        shutil.rmtree(d)
+os.makedirs("/tmp/logs/verifier")
+for name, content in spec["files"].items():
+    p = os.path.normpath(os.path.join("/tmp/tests", name))
+    if p.startswith("/tmp/tests/"):
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(content)
+os.makedirs("/tmp/tests", exist_ok=True)
+env = {"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8", "TESTS_DIR": "/tmp/tests",
+       "LOGS_DIR": "/tmp/logs", "RESULTS": "/tmp/tests/results.json"}
+start = time.monotonic()
+with open("/tmp/logs/test-output.txt", "wb") as log:
+    try:
+        code = subprocess.run(["bash", "-c", spec["command"]], cwd="/work", env=env, stdin=subprocess.DEVNULL,
+                              stdout=log, stderr=subprocess.STDOUT, timeout=spec["timeout"]).returncode
+    except subprocess.TimeoutExpired:
+        code = None
+def text(path, n=1 << 16):
+    try:
+        with open(path, "rb") as f:
+            return f.read(n).decode("utf-8", "replace")
+    except OSError:
+        return None
+printed = text("/tmp/logs/test-output.txt") or ""
+report(exit=code, seconds=time.monotonic() - start, reward_txt=text("/tmp/logs/verifier/reward.txt", 256),
+       reward_json=text("/tmp/logs/verifier/reward.json"), results=text("/tmp/tests/results.json"),
+       tail=printed[-3000:], last_json=next((ln for ln in reversed(printed.splitlines()) if ln.startswith("{")), None))
+"""
+
+
+def run_setup(ws, commands: list[str], limits: Limits) -> str:
+    """Run the setup commands in order; "" or why one failed."""
+    for cmd in commands:
+        res = ws.run(["bash", "-c", cmd], limits=limits)
+        if res.error or res.exit_code != 0:
+            why = res.error or ("timed out" if res.timed_out else f"exit {res.exit_code}: {res.stderr[-300:]}")
+            return f"setup command {cmd[:80]!r} failed: {why}"
+    return ""
+
+
+class Templates:
+    """Prepared workspaces, one tar per task (LRU, bounded)."""
+
+    def __init__(self):
+        self._tars: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+        self._size = 0
+
+    def open(self, sandbox, key: str, files: dict[str, str], setup: list[str], limits: Limits):
+        """A workspace holding `files` after `setup`; RuntimeError when the setup fails."""
+        if not setup:
+            return sandbox.workspace(files)
+        with self._lock:
+            tar = self._tars.get(key)
+            if tar is not None:
+                self._tars.move_to_end(key)
+        if tar is not None:
+            ws = sandbox.workspace({})
+            try:
+                res = ws.run(["python", "-I", "-c", RESTORE], stdin=tar, limits=limits)
+                if res.error or res.exit_code != 0:
+                    raise RuntimeError(f"template restore failed: {res.error or res.stderr[-300:]}")
+                ws.snapshot()
+                return ws
+            except BaseException:
+                ws.release()
+                raise
+        ws = sandbox.workspace(files)
+        try:
+            problem = run_setup(ws, setup, limits)
+            if problem:
+                raise RuntimeError(problem)
+            ws.snapshot()
+            res = ws.run(["python", "-I", "-c", CAPTURE], limits=Limits(wall_s=60, output_bytes=TEMPLATE_MAX))
+            if not res.error and res.exit_code == 0 and not res.truncated:
+                self._keep(key, res.stdout)
+            return ws
+        except BaseException:
+            ws.release()
+            raise
+
+    def _keep(self, key: str, tar: str) -> None:
+        with self._lock:
+            if key in self._tars:
+                return
+            self._tars[key] = tar
+            self._size += len(tar)
+            while self._size > TEMPLATE_BYTES and len(self._tars) > 1:
+                _, old = self._tars.popitem(last=False)
+                self._size -= len(old)
+
+
+@dataclass
+class Outcome:
+    outcome: float
+    passed: int
+    total: int
+    error: str = ""
+    forged: bool = False
+
+
+def run_hidden(ws, tests: dict) -> Outcome:
+    """Run the task's hidden tests in `ws` (see the module's docstring)."""
+    nonce = new_nonce()
+    timeout = float(tests.get("timeout", 120))
+    spec = {"nonce": nonce, "files": tests.get("files", {}), "command": tests["command"], "timeout": timeout}
+    res = ws.run(["python", "-I", "-c", HIDDEN], stdin=json.dumps(spec),
+                 limits=Limits(wall_s=timeout + 10, cpu_s=int(timeout) + 10, output_bytes=1 << 20))  # fmt: skip
+    report, problem = read_tagged_output(nonce, res)
+    if report is None:
+        return Outcome(0.0, 0, 1, res.error or f"hidden tests: {problem}", forged=problem == "forged")
+    return _outcome(report, tests.get("result", "exit_code"))
+
+
+def _outcome(report: dict, kind: str) -> Outcome:
+    code, tail = report.get("exit"), (report.get("tail") or "")[-500:]
+    if code is None:
+        return Outcome(0.0, 0, 1, "hidden tests timed out")
+    for raw in (report.get("reward_txt"), report.get("reward_json")):
+        reward = _reward(raw)
+        if reward is not None:
+            return Outcome(reward, int(reward >= 1.0), 1, "" if reward >= 1.0 else tail)
+    counts = _counts(report.get("results"))
+    if counts is None and kind == "json":
+        counts = _counts(report.get("last_json"))
+        if counts is None:
+            return Outcome(0.0, 0, 1, f"hidden tests reported no JSON result (exit {code}): {tail}")
+    if counts is not None:
+        passed, total = counts
+        return Outcome(passed / total if total else 0.0, passed, total, "" if total and passed == total else tail)
+    return Outcome(1.0, 1, 1) if code == 0 else Outcome(0.0, 0, 1, f"exit {code}: {tail}")
+
+
+def _reward(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(value, dict):
+        value = value.get("reward")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return max(0.0, min(1.0, float(value)))
+
+
+def _counts(raw: str | None) -> tuple[int, int] | None:
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    tests = value.get("tests")
+    if isinstance(tests, list) and tests:
+        return sum(bool(isinstance(t, dict) and t.get("passed")) for t in tests), len(tests)
+    passed, total = value.get("passed"), value.get("total")
+    if isinstance(passed, int) and isinstance(total, int) and 0 <= passed <= total and total > 0:
+        return passed, total
+    return None
