@@ -17,7 +17,8 @@ and score stages dispatch on that kind once:
 
 Some sources offer more, declared as protocols and checked with isinstance: a finite list
 of tasks (`ListsTasks`: task files), logged production failures (`LogsFailures`:
-traces), rows set aside when read (`Quarantines`).
+traces), rows set aside when read (`Quarantines`), rows checked once in the run's
+sandbox before any is played (`ChecksTasks`: task files, workspace tasks).
 
 `GeneratedTasks` is the helper of the seeded generators: `generate(level, rng)` returns a
 `Draft` (content key, prompt, setup, verifier), and `make_tasks` turns drafts into whole
@@ -147,6 +148,17 @@ class Quarantines(Protocol):
     path: str
     rows: int
     quarantined: list[dict]
+
+
+@runtime_checkable
+class ChecksTasks(Protocol):
+    """A source whose rows are checked once in the run's sandbox when it is up (a
+    reference that fails, tests a stub or an untouched workspace passes): `validate`
+    quarantines them and returns how many rows it ran."""
+
+    path: str
+
+    def validate(self, sandbox) -> int: ...
 
 
 def reply(text: str) -> list[dict]:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from flywheel.environments.base import Score, check_split, split_of
 from flywheel.environments.sandbox import Limits
+from flywheel.environments.sources.task_file import TaskFileError
 from flywheel.environments.sources.task_rows import SPLITS, read_rows
 from flywheel.environments.sources.workspace_files import directory_files, file_set, inline_files
 from flywheel.environments.sources.workspace_run import Templates, run_hidden
@@ -56,7 +57,7 @@ INTRO = ("You are an agent working in a sandboxed Linux directory (bash, coreuti
 MAX_TURNS = 64
 
 
-class WorkspaceTaskError(ValueError):
+class WorkspaceTaskError(TaskFileError):
     """A workspace task source that cannot be used at all."""
 
 

@@ -151,7 +151,8 @@ def _s3_problem(uri: str, endpoint: str | None, region: str) -> str | None:
 def _sandbox(checks: Checks, config, domains, functions) -> None:
     from flywheel.environments.reward_functions import RewardFunctionError, probe
     from flywheel.environments.sandbox import Job, make_sandbox
-    from flywheel.environments.sources.task_file import FileTasks, TaskFileError
+    from flywheel.environments.base import ChecksTasks
+    from flywheel.environments.sources.task_file import TaskFileError
 
     backend = config.sandbox.backend
     if backend == "docker":
@@ -182,7 +183,7 @@ def _sandbox(checks: Checks, config, domains, functions) -> None:
         except RewardFunctionError as exc:
             checks.fail("reward functions", str(exc), 2)
         for env in domains or ():
-            if isinstance(env, FileTasks):
+            if isinstance(env, ChecksTasks):
                 try:
                     env.validate(sandbox)
                     checks.ok("task file", f"{env.path}: {env.describe()}")

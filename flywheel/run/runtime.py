@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flywheel.environments import reward_functions
+from flywheel.environments.base import ChecksTasks
 from flywheel.environments.sandbox import make_sandbox
-from flywheel.environments.sources.task_file import FileTasks
 from flywheel.config import FlywheelConfig
 from flywheel.run.fanout import make_fanout
 from flywheel.run.model_prep import resolve_model
@@ -74,7 +74,7 @@ class Runtime:
                 )
             reward_functions.probe(self.sandbox, functions)
             for env in self.domains:  # task-file rows whose tests a stub passes or their reference fails
-                if isinstance(env, FileTasks):
+                if isinstance(env, ChecksTasks):
                     env.validate(self.sandbox)
         except BaseException:
             self.sandbox.close()
