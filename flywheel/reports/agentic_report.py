@@ -71,12 +71,16 @@ def agentic_rows(con, keys: list[str], where: str = "TRUE", params: list | None 
 
 
 def _same_columns(rows: list[dict]) -> list[dict]:
-    """Every row with every column (pass@k columns differ with n), in first-seen order."""
+    """Every row with every column (the pass@k columns differ with n): the keys and the
+    completion, then pass@k and pass^k by k, the other metrics, the failures."""
     names: dict[str, None] = {}
     for r in rows:
         names.update(dict.fromkeys(r))
-    failures_last = [n for n in names if n not in FAILURES] + [n for n in names if n in FAILURES]
-    return [{n: r.get(n) for n in failures_last} for r in rows]
+    passes = sorted((n for n in names if n.startswith("pass")), key=lambda n: (n[4], int(n[5:])))
+    rest = [n for n in names if n not in passes and n not in FAILURES]
+    cut = rest.index("ci_high") + 1 if "ci_high" in rest else len(rest)
+    order = rest[:cut] + passes + rest[cut:] + [n for n in names if n in FAILURES]
+    return [{n: r.get(n) for n in order} for r in rows]
 
 
 def evaluation_rows(con, version: int) -> list[dict]:
