@@ -93,6 +93,8 @@ def inline_files(files: object, budget: _Budget | None = None) -> dict[str, str]
     budget = budget or _Budget()
     out = {}
     for name, content in files.items():
+        if content is None:  # a key another row of a Parquet struct column has
+            continue
         path = check_path(name)
         if not isinstance(content, str):
             raise RowError(f"{path}: the content must be text")
