@@ -20,6 +20,7 @@ from flywheel.storage.lake import Lake
 from flywheel.storage.query import connect
 from flywheel.storage.schema import TRAJECTORY_SCHEMA, TaskSpec, Trajectory, to_table
 
+from .multiturn_fixtures import CharChatTokenizer, box  # noqa: F401
 from .test_schema import write_v1_cycle
 
 NAN = float("nan")
@@ -296,3 +297,44 @@ def test_a_real_evaluation_of_repair_shows_the_agentic_metrics(tiny_model, tmp_p
     out = CliRunner().invoke(app, ["report", "--run-id", "agentic", "--runs-dir", cfg.runs_dir], terminal_width=250)
     assert out.exit_code == 0, out.output
     assert "Agentic metrics of the evaluations" in out.output and "pass^2" in out.output
+
+
+def test_failed_episodes_are_replayed_with_their_workspace(tmp_path, box):  # noqa: F811
+    """A repair task and a workspace task (a file row) whose episodes failed, played for real
+    and committed: the replay query queues both, and each queued spec, read back from the
+    lake, carries what its episode needs (starting files, tools, hidden tests, reference):
+    its reference episode, played from the replayed spec in a fresh workspace, passes."""
+    from flywheel.environments.registry import get_environment
+    from flywheel.environments.sources.workspace_tasks import WorkspaceTasks
+    from flywheel.storage.query import select_replay
+    from flywheel.tasks.multiturn import play_reference
+
+    row = {"id": "hello", "instruction": "Write hello into out.txt.", "files": {"notes/a.txt": "x\n"},
+           "tests": {"command": "grep -qx hello out.txt"}, "solution": "echo hello > out.txt"}  # fmt: skip
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    workspace = WorkspaceTasks(str(path))
+    repair = get_environment("repair")
+    envs = {repair.name: repair, workspace.name: workspace}
+    tasks = [repair.make_tasks("train", 1, 7, 1)[0], workspace.task_of(workspace.all_rows()[0], "train")]
+    tok, lake = CharChatTokenizer(), Lake(str(tmp_path / "lake"))
+    failed = []
+    for task in tasks:  # an episode that looks around and gives up
+        env = envs[task.domain]
+        calls = [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": f}]}
+                 for f in ({"name": "run_shell", "arguments": {"command": "ls"}}, {"name": "submit", "arguments": {}})]
+        ep = play_reference(tok, box, task, env, calls)
+        assert ep.score.verdict == "fail" and 0 < ep.score.reward < 1
+        t = episode(task.task_id, 0, steps=ep.steps, domain=task.domain)
+        t.reward, t.split = ep.score.reward, task.split
+        failed.append(t)
+    lake.commit_cycle("r", 0, tasks, failed)
+    queued = select_replay(lake, "r", 0, threshold=1.0, lookback=3, max_replays=3)
+    assert sorted(t.task_id for t in queued) == sorted(t.task_id for t in tasks)
+    for spec in queued:
+        assert (spec.origin, spec.replay_count, spec.origin_cycle) == ("replay", 1, 0)
+        env = envs[spec.domain]
+        original = next(t for t in tasks if t.task_id == spec.task_id)
+        assert env.setup_files(spec) == env.setup_files(original) and spec.verifier_json == original.verifier_json
+        ep = play_reference(tok, box, spec, env, env.reference(spec))
+        assert ep.score.verdict == "pass", (spec.domain, ep.score)
