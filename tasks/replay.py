@@ -2,7 +2,19 @@
 and so are production's: tasks of sampled `traces:` domains whose logged response failed
 (environments/sources/traces.py) that this run has not tried yet, up to
 `replay.production_per_cycle`. The queue is a file per cycle, so a resumed run finds it
-instead of recomputing it."""
+instead of recomputing it.
+
+Episodes (multi-turn domains: repair, terminal, workspace and Harbor tasks) are replayed
+like any failure: the queued TaskSpec is the one the lake kept, and it carries what its
+episode needs (the starting files and setup commands in `setup_json`; the hidden tests,
+limits and reference in `verifier_json`), so the replay starts from the same workspace
+and is checked the same way (tests/test_agentic_metrics.py). What counts as failed is the
+reward, as for every domain: an episode that passed with a less than perfect process
+(an invalid call, a failed step) scores under 1.0 and is queued too, as a near miss.
+Not done: a replay restarts the episode from its first turn, never from the turn where
+it went wrong; a workspace task whose file is not among the next run's domains cannot be
+replayed (its domain is looked up by name, as for every file domain).
+For production's agent sessions see environments/sources/traces.py."""
 
 from __future__ import annotations
 
