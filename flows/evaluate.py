@@ -155,9 +155,7 @@ def evaluate(config: FlywheelConfig = FlywheelConfig(), tasks_per_level: int | N
     rt = Runtime(config, say=logger.info)
     try:
         if version is not None:
-            wanted = rt.policies.best_version if version == "best" else int(str(version).lstrip("v"))
-            if wanted is None:
-                raise ValueError(f"run {rt.run_id} has no best version yet: no evaluation recorded one")
+            wanted = rt.policies.resolve(version)
             if wanted != rt.engine_version:
                 rt.load_policy_into_engine(wanted)
         with lines_unless_shown():  # a worker's or notebook's run: stage lines on its stdout

@@ -25,7 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
+import logging
+
 from prefect import flow, get_run_logger
+from prefect.exceptions import MissingContextError
 
 from flywheel.environments.sources.task_rows import read_rows
 from flywheel.config import FlywheelConfig, IngestConfig
@@ -165,6 +168,15 @@ def expand_paths(paths: list[str]) -> list[str]:
     return out
 
 
+def _logger():
+    """The flow run's logger; the library's own when the body runs without Prefect
+    (`ingest.fn`, as `flywheel ingest` does when no Prefect server is configured)."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("flywheel")
+
+
 @flow(name="ingest")
 def ingest(paths: list[str], config: FlywheelConfig = FlywheelConfig(), workload: str | None = None,
            store: str | None = None) -> list[IngestReport]:  # fmt: skip
@@ -173,7 +185,7 @@ def ingest(paths: list[str], config: FlywheelConfig = FlywheelConfig(), workload
     if not uri:
         raise ValueError("ingest needs a lake: give `store` (a dir or s3://bucket/prefix) or set store.uri")
     traces = TraceStore(Lake(uri, config.store.endpoint, config.store.region))
-    log = get_run_logger()
+    log = _logger()
     paths, reports = expand_paths(paths), []
     known = traces.known_ids()  # once: each file's new ids are added as it commits
     for path in paths:

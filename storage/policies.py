@@ -36,6 +36,10 @@ from flywheel.storage.lake import Lake
 EMPTY = {"version": 0, "updated_cycle": -1, "versions": {}}
 
 
+class NoBestVersion(ValueError):
+    """"best" asked of a run no evaluation has ranked yet."""
+
+
 class PolicyStore:
     def __init__(self, lake: Lake, run_id: str, cache_dir: str | Path, keep_hf: int = 2):
         self.lake, self.run_id = lake, run_id
@@ -114,6 +118,21 @@ class PolicyStore:
     def best_version(self) -> int | None:
         best = self.manifest.get("best")
         return None if best is None else best["version"]
+
+    def resolve(self, spec: str | int | None) -> int:
+        """The version a user's `spec` names: a number (or `v<number>`; 0 is the starting
+        policy), "best" (the best evaluated), "current" or None (the latest). The one reader
+        of version specs, for the CLI, the flows and the gateway; ValueError says what is wrong."""
+        if spec is None or spec == "current":
+            return self.version
+        if spec == "best":
+            if self.best_version is None:
+                raise NoBestVersion(f"run {self.run_id} has no best version: no evaluation recorded one")
+            return self.best_version
+        text = str(spec)
+        if not text.lstrip("v").isdigit():
+            raise ValueError(f"{spec!r} is not a version: give a number (0: the starting policy), 'best' or 'current'")
+        return int(text.lstrip("v"))
 
     def _put(self, src: Path, dest: str, cache_version: int | None) -> str:
         """Move a staged dir into the lake; returns its path relative to the lake root."""

@@ -205,3 +205,22 @@ def test_cli_ingest_into_a_runs_own_lake(prefect_server, tmp_path):
     assert lake.startswith(str(tmp_path / "runs")) and TraceStore(Lake(lake)).traces().num_rows == 3
     neither = runner.invoke(app, ["ingest", path, "--set", runs])
     assert neither.exit_code == 2 and "--run-id" in neither.output and "--store" in neither.output
+
+
+def test_cli_ingest_without_a_prefect_server_starts_none(tmp_path):
+    """No PREFECT_API_URL: `flywheel ingest` runs the flow's body without Prefect (no
+    temporary server to wait for), and the traces land exactly once as with a server."""
+    import os
+    import subprocess
+    import sys
+
+    path = write_jsonl(tmp_path / "log.jsonl", [blueprint(i) for i in range(3)])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # a profile naming a server would not do
+    cmd = [sys.executable, "-m", "flywheel.cli", "ingest", path, "--store", str(tmp_path / "lake")]
+    for _ in range(2):  # the second adds nothing
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "temporary server" not in (out.stdout + out.stderr).lower()
+    assert TraceStore(Lake(str(tmp_path / "lake"))).traces().num_rows == 3
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no server's database was made

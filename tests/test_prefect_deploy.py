@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from flywheel.cli import server as srv
+from flywheel.cli import prefect_server as srv
 from flywheel.storage.lake import Lake
 from flywheel.storage.traces import TraceStore
 
@@ -98,3 +98,27 @@ def test_the_flywheel_deployment_runs_a_cycle(deployed, tmp_path, tiny_model):
     assert {"progress", "table", "markdown", "image"} <= {a["type"] for a in mine}
     # Prefect stores a link artifact as markdown: "[text](url)"
     assert any(a["key"] == "deployed-lake" and "(file://" in a["data"] for a in mine)
+
+
+def test_deployments_schedule_nothing_unasked_and_queue_training(deployed):
+    """Every schedule is created inactive; the nightly one continues a named run; training,
+    evaluation and production deployments are tagged and limited to one run at a time; SFT
+    and the gated deploy are deployments too, so the whole production loop can be scheduled;
+    the scheduled variants retry, the interactive flows do not."""
+    api_url, _ = deployed
+    found = {d["name"]: d for d in httpx.post(f"{api_url}/deployments/filter", json={}, timeout=10).json()}
+    assert {"sft", "gated-deploy", "nightly", "ingest-traces"} <= set(found)
+    for name, d in found.items():
+        assert all(not s["active"] for s in d.get("schedules", [])), f"{name} has an active schedule"
+        limit = d.get("concurrency_limit") or (d.get("global_concurrency_limit") or {}).get("limit")
+        assert limit == 1, f"{name}: concurrency limit {limit}"
+        assert "flywheel" in d["tags"], name
+    assert found["nightly"]["parameters"]["config"]["run_id"] == "nightly"
+    assert {"training"} <= set(found["flywheel-cpu"]["tags"]) and {"production"} <= set(found["gated-deploy"]["tags"])
+
+    from flywheel.flows.flywheel import flywheel
+    from flywheel.flows.scheduled import flywheel_scheduled
+    from flywheel.flows.sft import sft
+
+    assert flywheel_scheduled.retries >= 1 and flywheel_scheduled.name == flywheel.name
+    assert not flywheel.retries and not sft.retries

@@ -120,7 +120,7 @@ def server(
     worker: bool = typer.Option(True, help="Also run a worker in the foreground."),
 ):
     """From zero to the UI: start a Prefect server, create the pool, deploy, run a worker."""
-    from flywheel.cli.server import up
+    from flywheel.cli.prefect_server import up
 
     up(port=port, worker=worker, say=typer.echo)
 

@@ -220,14 +220,14 @@ def no_weights(policies, run_id: str, version: int) -> str:
 
 
 def pick_version(store, spec: str, flag: str = "--version") -> int:
-    """A version `spec` (a number, v<number>, 'best' or 'current') of the run `store` holds."""
-    if spec == "best":
-        if store.best_version is None:
-            raise UsageProblem(f"{flag} best: no evaluation of this run recorded a best version",
-                               "evaluate it (`flywheel eval`, or eval.every_n_cycles in a run) or give a number")  # fmt: skip
-        return store.best_version
-    if spec == "current":
-        return store.version
-    if not spec.lstrip("v").isdigit():
-        raise UsageProblem(f"{flag} {spec}: not a version", "give a number (0: the starting policy), 'best' or 'current'")
-    return int(spec.lstrip("v"))
+    """A version `spec` (a number, v<number>, 'best' or 'current') of the run `store` holds
+    (storage/policies.py reads it), or a usage error naming the flag."""
+    from flywheel.storage.policies import NoBestVersion
+
+    try:
+        return store.resolve(spec)
+    except NoBestVersion:
+        raise UsageProblem(f"{flag} best: no evaluation of this run recorded a best version",
+                           "evaluate it (`flywheel eval`, or eval.every_n_cycles in a run) or give a number") from None  # fmt: skip
+    except ValueError:
+        raise UsageProblem(f"{flag} {spec}: not a version", "give a number (0: the starting policy), 'best' or 'current'") from None
