@@ -15,9 +15,9 @@ from flywheel.flows.evaluate import evaluate
 from flywheel.flows.flywheel import flywheel, single_cycle
 from flywheel.flows.ingest import ingest
 
-RETRY = dict(retries=2, retry_delay_seconds=120)
+RETRIES, DELAY_S = 2, 120
 
-flywheel_scheduled = flywheel.with_options(**RETRY)
-cycle_scheduled = single_cycle.with_options(**RETRY)
-evaluate_scheduled = evaluate.with_options(**RETRY)
-ingest_scheduled = ingest.with_options(**RETRY)
+flywheel_scheduled = flywheel.with_options(retries=RETRIES, retry_delay_seconds=DELAY_S)
+cycle_scheduled = single_cycle.with_options(retries=RETRIES, retry_delay_seconds=DELAY_S)
+evaluate_scheduled = evaluate.with_options(retries=RETRIES, retry_delay_seconds=DELAY_S)
+ingest_scheduled = ingest.with_options(retries=RETRIES, retry_delay_seconds=DELAY_S)
