@@ -47,6 +47,8 @@ LEVELS = {"easy": 1, "medium": 2, "hard": 3}
 INSTALLERS = ("apt-get", "apt", "apk", "yum", "dnf", "pip", "pip3")
 SKIPPED = {"LABEL", "EXPOSE", "ARG", "SHELL", "HEALTHCHECK", "MAINTAINER", "STOPSIGNAL", "VOLUME"}
 PY_NAMES = {"python3": "python3", "python": "python3", "python3-pip": "pip3"}  # package -> command
+PIP_MODULES = {"pyyaml": "yaml", "beautifulsoup4": "bs4", "pillow": "PIL", "scikit-learn": "sklearn",
+               "python-dateutil": "dateutil", "opencv-python": "cv2"}  # fmt: skip
 
 
 def task_dirs(root: Path) -> list[Path]:
@@ -95,7 +97,8 @@ def _has_package(name: str) -> bool:
 
 
 def _py_has(module: str) -> bool:
-    module = re.split(r"[=<>\[]", module)[0].replace("-", "_")
+    module = re.split(r"[=<>\[]", module)[0]
+    module = PIP_MODULES.get(module.lower(), module).replace("-", "_")
     if module.startswith("-") or not module:
         return True
     probe = subprocess.run(["/usr/bin/python3", "-I", "-c", f"import {module}"], capture_output=True, timeout=20)
@@ -147,7 +150,7 @@ def parse_environment(env_dir: Path, workdir_default: str = "/app") -> tuple[str
                 continue
             sub = dest[len(root):].strip("/")
             for src in srcs:
-                src_path = env_dir / check_path(src)
+                src_path = env_dir if src.rstrip("/") in (".", "") else env_dir / check_path(src)
                 if src_path.is_dir():
                     for name, content in directory_files(src_path).items():
                         files[check_path(f"{sub}/{name}" if sub else name)] = content
