@@ -45,7 +45,9 @@ def main() -> None:
     ap.add_argument("--runs-dir", default="runs")
     args = ap.parse_args()
 
-    import flywheel  # noqa: F401  (offline defaults)
+    import flywheel
+
+    flywheel.use_offline_defaults()
     from bench.roofline import matmul_flops
     from flywheel.config import FlywheelConfig
     from flywheel.run.model_prep import resolve_model

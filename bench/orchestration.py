@@ -15,7 +15,9 @@ import json
 import sys
 import time
 
-import flywheel  # noqa: F401  (offline defaults)
+import flywheel
+
+flywheel.use_offline_defaults()  # no hub, no telemetry; children inherit them
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE

@@ -65,7 +65,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import flywheel  # noqa: F401  (offline defaults: no hub, no telemetry; children inherit them)
+import flywheel
+
+flywheel.use_offline_defaults()  # no hub, no telemetry; children inherit them
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the parts below, also when loaded by path

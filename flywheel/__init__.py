@@ -10,14 +10,17 @@ site-packages. What a user, a notebook or a plug-in needs is importable from her
 Those names load on first use (PEP 562), so `import flywheel` stays cheap: the CLI and
 the sandbox's helpers import it without pulling in torch, vLLM or Prefect.
 
-Importing the package sets offline-friendly defaults (no telemetry, no hub look-ups,
-no cloud metadata probing); anything already set in the environment wins.
+Importing the package changes nothing in the process (no environment variables, no
+logging set-up): a library should not. The programs (the `flywheel` CLI, the update job,
+a Ray worker's shard, the benches, the tests) call `use_offline_defaults()` first, which
+sets offline-friendly defaults (no telemetry, no hub look-ups, no cloud metadata probing)
+where the environment sets nothing; a notebook may call it too. Child processes inherit.
 """
 
 import importlib
 import os
 
-for _key, _value in {
+OFFLINE_DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -27,8 +30,14 @@ for _key, _value in {
     "VLLM_NO_USAGE_STATS": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_LOGGING_LEVEL": "WARNING",
-}.items():
-    os.environ.setdefault(_key, _value)
+}
+
+
+def use_offline_defaults() -> None:
+    """Set OFFLINE_DEFAULTS where the environment has no value: call it before torch,
+    transformers, vLLM or Prefect are imported (they read these once)."""
+    for key, value in OFFLINE_DEFAULTS.items():
+        os.environ.setdefault(key, value)
 
 # The public API: name -> the module that defines it.
 _PUBLIC = {
@@ -47,7 +56,7 @@ _PUBLIC = {
     "read_rows": "flywheel.environments.sources.task_rows",
     "get_environment": "flywheel.environments.registry",
 }
-__all__ = sorted(_PUBLIC)
+__all__ = sorted([*_PUBLIC, "OFFLINE_DEFAULTS", "use_offline_defaults"])
 
 
 def __getattr__(name: str):

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-import flywheel  # noqa: F401  (offline defaults)
+import flywheel
+
+flywheel.use_offline_defaults()  # before any library reads them, as the CLI does
 from flywheel.storage.seaweed import free_port  # noqa: F401  (tests import it from here)
 
 

@@ -55,6 +55,22 @@ def test_every_package_folder_is_installed():
     for pkg, folder in folder_of.items():
         for init in (ROOT / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / folder).parts
-            found.add(".".join([pkg, *rel]))
+            if all(part.isidentifier() for part in rel):  # else data (a task's own files), not a package
+                found.add(".".join([pkg, *rel]))
     missing = found - set(setup["packages"])
     assert not missing, f"packages missing from pyproject's [tool.setuptools] packages: {sorted(missing)}"
+
+
+def test_importing_the_library_changes_no_environment_variable():
+    """A library's import leaves the process alone; the programs opt in to the offline
+    defaults (flywheel.use_offline_defaults), and then only where nothing is set."""
+    probe = ("import os, sys\n"
+             "before = dict(os.environ)\n"
+             "import flywheel, flywheel.config, flywheel.environments, flywheel.storage.lake, flywheel.tasks, flywheel.flows\n"
+             "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
+             "os.environ['HF_HUB_OFFLINE'] = '0'\n"
+             "flywheel.use_offline_defaults()\n"
+             "assert os.environ['HF_HUB_OFFLINE'] == '0' and os.environ['DO_NOT_TRACK'] == '1'\n")  # fmt: skip
+    env = {k: v for k, v in __import__("os").environ.items() if k not in __import__("flywheel").OFFLINE_DEFAULTS}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]

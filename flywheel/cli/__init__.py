@@ -8,7 +8,9 @@ from typing import Optional
 
 import typer
 
-import flywheel  # noqa: F401  (offline defaults)
+import flywheel
+
+flywheel.use_offline_defaults()  # the CLI is a program: its process (and children) run offline
 from flywheel.cli import options
 from flywheel.cli.check import register_check_command
 from flywheel.cli.common import checked_config, lake_flags, live_display, load_config

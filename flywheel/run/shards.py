@@ -33,7 +33,9 @@ from typing import Any, Callable
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-import flywheel  # noqa: F401  (offline defaults, also in a fresh worker process)
+import flywheel
+
+flywheel.use_offline_defaults()  # a Ray worker process imports this first: no hub, no telemetry
 
 _PARTS: dict[tuple, Any] = {}  # live parts of this process, by what they were built from
 _LOADED: dict[tuple, tuple] = {}  # engine key -> (run_id, policy version) its weights are

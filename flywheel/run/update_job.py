@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tag", help="save a DeepSpeed checkpoint under this tag")
     args = ap.parse_args(argv)
 
-    import flywheel  # noqa: F401  (offline defaults)
+    import flywheel
+
+    flywheel.use_offline_defaults()  # a program of its own (torchrun, deepspeed)
     from flywheel.config import FlywheelConfig
     from flywheel.policy.trainer import GRPOTrainer
     from flywheel.storage.lake import Lake
