@@ -1,11 +1,11 @@
 """What a workspace task runs in its sandbox: setup, the prepared template, the hidden tests.
 
 Set-up per episode (`Templates.open`). A task's setup commands run ONCE per process: in a
-workspace holding its starting files, then the workspace's tree is captured as a tar
-(base64, in memory on the host, bounded by TEMPLATE_BYTES in all). Every episode after
-that acquires a warm worker and restores the tar with one in-process Python run (the
-worker's fast path: no new interpreter, no bash), then snapshots it, so `reset()` returns
-there. Tasks without setup commands skip all of it: their files are put at acquire, as
+workspace holding its starting files, then the workspace's tree (files with their modes,
+directories, symlinks; binary files too) is captured (in memory on the host, bounded by
+TEMPLATE_BYTES in all). Every episode after that acquires a warm worker and restores the
+tree with one in-process Python run (the worker's fast path: no new interpreter, no bash,
+no import), then snapshots it, so `reset()` returns there. Tasks without setup commands skip all of it: their files are put at acquire, as
 for every other domain. bench/workspace_reset.py measures both against running the setup
 every episode.
 
@@ -18,8 +18,8 @@ or reward.json's "reward"); per-test outcomes (results.json at $RESULTS, or the 
 line of the command's output when the task asks for "json"): {"tests": [{"name",
 "passed"}]} or {"passed": n, "total": m}; else the exit code (0 passes). Partial credit is
 the fraction passed (or the reward, clipped to [0, 1]).
-Not done: binary files in a template restore come back as they were captured (tar keeps
-them), but starting files are text only; background processes do not survive a step.
+Not done: starting files are text only (a template, made by setup commands, keeps binary
+ones); background processes do not survive a step.
 """
 
 from __future__ import annotations
@@ -35,17 +35,43 @@ from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged_output
 TEMPLATE_BYTES = 256 << 20  # all templates kept in memory, base64
 TEMPLATE_MAX = 48 << 20  # one template's base64 (the workspace tmpfs is 64 MiB)
 
+# The template's format: a JSON list of [path, kind, data, mode], files base64. Restoring it
+# needs only modules the sandbox worker has already imported (json, os, binascii is built
+# in), so it runs in the forked worker without an import: tarfile and gzip cost ~10 ms more.
 CAPTURE = r"""
-import base64, io, sys, tarfile
-buf = io.BytesIO()
-with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
-    tar.add(".", arcname=".")
-sys.stdout.write(base64.b64encode(buf.getvalue()).decode())
+import binascii, json, os, stat, sys
+out = []
+for root, dirs, files in os.walk("."):
+    for name in sorted(dirs) + sorted(files):
+        p = os.path.join(root, name)
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode):
+            out.append([p, "l", os.readlink(p), 0])
+        elif stat.S_ISDIR(st.st_mode):
+            out.append([p, "d", "", stat.S_IMODE(st.st_mode)])
+        elif stat.S_ISREG(st.st_mode):
+            with open(p, "rb") as f:
+                out.append([p, "f", binascii.b2a_base64(f.read(), newline=False).decode(), stat.S_IMODE(st.st_mode)])
+sys.stdout.write(json.dumps(out))
 """
 RESTORE = r"""
-import base64, io, sys, tarfile
-with tarfile.open(fileobj=io.BytesIO(base64.b64decode(sys.stdin.read())), mode="r:gz") as tar:
-    tar.extractall(".")
+import binascii, json, os, sys
+entries = json.loads(sys.stdin.read())
+for p, kind, data, mode in entries:
+    if kind == "d":
+        os.makedirs(p, exist_ok=True)
+    elif kind == "l":
+        os.symlink(data, p)
+    else:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        body = binascii.a2b_base64(data)
+        while body:
+            body = body[os.write(fd, body):]
+        os.fchmod(fd, mode)
+        os.close(fd)
+for p, kind, data, mode in reversed(entries):
+    if kind == "d":
+        os.chmod(p, mode)
 """
 HIDDEN = PRELUDE + r"""
 import shutil, subprocess, time
@@ -95,10 +121,10 @@ def run_setup(ws, commands: list[str], limits: Limits) -> str:
 
 
 class Templates:
-    """Prepared workspaces, one tar per task (LRU, bounded)."""
+    """Prepared workspaces, one captured tree per task (LRU, bounded)."""
 
     def __init__(self):
-        self._tars: OrderedDict[str, str] = OrderedDict()
+        self._trees: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
         self._size = 0
 
@@ -107,13 +133,13 @@ class Templates:
         if not setup:
             return sandbox.workspace(files)
         with self._lock:
-            tar = self._tars.get(key)
-            if tar is not None:
-                self._tars.move_to_end(key)
-        if tar is not None:
+            tree = self._trees.get(key)
+            if tree is not None:
+                self._trees.move_to_end(key)
+        if tree is not None:
             ws = sandbox.workspace({})
             try:
-                res = ws.run(["python", "-I", "-c", RESTORE], stdin=tar, limits=limits)
+                res = ws.run(["python", "-I", "-c", RESTORE], stdin=tree, limits=limits)
                 if res.error or res.exit_code != 0:
                     raise RuntimeError(f"template restore failed: {res.error or res.stderr[-300:]}")
                 ws.snapshot()
@@ -135,14 +161,14 @@ class Templates:
             ws.release()
             raise
 
-    def _keep(self, key: str, tar: str) -> None:
+    def _keep(self, key: str, tree: str) -> None:
         with self._lock:
-            if key in self._tars:
+            if key in self._trees:
                 return
-            self._tars[key] = tar
-            self._size += len(tar)
-            while self._size > TEMPLATE_BYTES and len(self._tars) > 1:
-                _, old = self._tars.popitem(last=False)
+            self._trees[key] = tree
+            self._size += len(tree)
+            while self._size > TEMPLATE_BYTES and len(self._trees) > 1:
+                _, old = self._trees.popitem(last=False)
                 self._size -= len(old)
 
 
