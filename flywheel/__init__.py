@@ -20,6 +20,8 @@ where the environment sets nothing; a notebook may call it too. Child processes 
 import importlib
 import os
 
+DISTRIBUTION = "rl-flywheel"  # what `pip install` names (the registry's "flywheel" is another project)
+
 OFFLINE_DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",

@@ -19,12 +19,13 @@ def test_the_wheel_installs_one_namespace(tmp_path):
         ".git", ".venv*", "runs", "build", "__pycache__", "*.egg-info", ".mypy_cache", ".pytest_cache"))  # fmt: skip
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(tmp_path / "dist"), str(src)], check=True, capture_output=True)  # fmt: skip
-    (wheel,) = (tmp_path / "dist").glob("flywheel-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("rl_flywheel-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"flywheel"}, tops
     assert "flywheel/environments/rg_catalogue.json" in names  # package data travels
     assert "flywheel/policy/ds_zero3.json" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)  # Apache-2.0, with the wheel
 
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

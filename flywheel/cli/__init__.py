@@ -36,7 +36,7 @@ def _version(value: bool) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            typer.echo(f"flywheel {version('flywheel')}")
+            typer.echo(f"flywheel {version(flywheel.DISTRIBUTION)}")
         except PackageNotFoundError:  # run from a checkout that was never installed
             typer.echo("flywheel (not installed)")
         raise typer.Exit()
