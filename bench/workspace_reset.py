@@ -27,7 +27,6 @@ import argparse
 import statistics
 import time
 
-import flywheel  # noqa: F401  (offline defaults)
 from flywheel.environments.registry import resolve
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.sandbox.bwrap import BwrapSandbox
