@@ -158,12 +158,14 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
 def resolve_traces(spec: str, source) -> Environment:
     """`traces:WORKLOAD` from a TraceSource (environments/sources/traces.py), built once per process."""
     from flywheel.environments.sources.task_file import TaskFileError
+    from flywheel.environments.sources.trace_sessions import SessionTasks
     from flywheel.environments.sources.traces import TraceTasks
 
     if source is None:
         raise DomainError(f"domain {spec!r}: production traces are read from a lake: give the run (run_id) or store.uri")
-    try:
-        return TraceTasks(spec[len("traces:") :], source)
+    workload = spec[len("traces:") :]
+    try:  # an agent workload (its config names a workspace template): sessions as workspace tasks
+        return (SessionTasks if source.workload(workload).get("workspace") else TraceTasks)(workload, source)
     except TaskFileError as exc:
         raise DomainError(str(exc)) from exc
 

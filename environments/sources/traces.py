@@ -20,8 +20,9 @@ run (tasks/replay.py). A trace that cannot be a task (no user turn, tool calls i
 prompt, no expected answer for a verifier that needs one) is quarantined with its
 source file and line.
 
-Not done: multi-turn traces with tool calls become no task yet (they need a
-MultiTurnEnvironment that replays the logged tools); they stay in the lake.
+A trace with tool calls is no single-turn task (quarantined here, kept in the lake): an
+agent workload, whose config names a workspace template (`workloads.<name>.workspace`),
+makes its sessions workspace tasks instead (environments/sources/trace_sessions.py).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def trace_rows(table, workload: dict):
     for r in table.to_pylist():
         where = r["source"]
         if any(m.get("tool_calls") or m["role"] == "tool" for m in r["messages"]):
-            yield where, None, "tool calls in the prompt: a multi-turn trace is not a single-turn task"
+            yield where, None, ("tool calls in the prompt: a multi-turn trace is not a single-turn task "
+                          "(an agent workload names a workspace template: workloads.<name>.workspace)")
             continue
         logged = (r["response"] or {}).get("content")
         rating = r["rating"]

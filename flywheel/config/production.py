@@ -40,6 +40,11 @@ class WorkloadConfig(Section):
         False, description="Also count a logged response the run's judge (reward.judge) scores under its pass_score "
         "as a logged failure, for replay.",
     )
+    workspace: str | None = Field(
+        None, description="An agent workload: a workspace-task template (JSON: files, setup, tools, hidden tests; "
+        "environments/sources/trace_sessions.py) that makes each session a workspace task, its first user message "
+        "the instruction; the template's tests verify it (verifier is not used).",
+    )
 
     @field_validator("verifier")
     @classmethod
