@@ -1,3 +1,0 @@
-def report(items):
-    for i in items
-        print(i)
