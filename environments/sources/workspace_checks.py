@@ -74,7 +74,7 @@ def check_tasks(env, sandbox) -> int:
     """Quarantine `env`'s rows that fail the check; how many rows were run now."""
     rows = env.all_rows()
     tasks = {r.key: env.task_of(r) for r in rows}
-    keys = {r.key: stable_id("workspace-check", tasks[r.key].setup_json, tasks[r.key].verifier_json) for r in rows}
+    keys = {k: stable_id("workspace-check", t.setup_json, t.verifier_json) for k, t in tasks.items()}
     todo = [r for r in rows if keys[r.key] not in _VERDICTS]
     with ThreadPoolExecutor(max_workers=max(1, getattr(sandbox, "concurrency", 2))) as pool:
         verdicts = list(pool.map(lambda r: check_one(env, sandbox, tasks[r.key]), todo))

@@ -5,9 +5,9 @@ workspace holding its starting files, then the workspace's tree (files with thei
 directories, symlinks; binary files too) is captured (in memory on the host, bounded by
 TEMPLATE_BYTES in all). Every episode after that acquires a warm worker and restores the
 tree with one in-process Python run (the worker's fast path: no new interpreter, no bash,
-no import), then snapshots it, so `reset()` returns there. Tasks without setup commands skip all of it: their files are put at acquire, as
-for every other domain. bench/workspace_reset.py measures both against running the setup
-every episode.
+no import), then snapshots it, so `reset()` returns there. Tasks without setup commands
+skip all of it: their files are put at acquire, as for every other domain.
+bench/workspace_reset.py measures both against running the setup every episode.
 
 Hidden tests (`run_hidden`), after the episode, never before: the harness (ours, tagged
 with a nonce, environments/tagged.py) removes whatever the episode left at /tmp/tests and
