@@ -74,7 +74,8 @@ WITH ep AS (
            episode_seconds(timings_json) AS wall_s,
            list_filter(reward_components, lambda c: c.name = 'tool_call_accuracy')[1].value AS call_accuracy,
            list_transform(steps, lambda s: call_kind(s.action)) AS kinds,
-           len(list_filter(steps, lambda s: call_kind(s.action) = 'valid' AND s.exit_code IS NULL)) AS sandbox_errors
+           len(list_filter(steps, lambda s: call_kind(s.action) = 'valid' AND s.exit_code IS NULL))
+               AS sandbox_errors
     FROM {source} WHERE episode_seconds(timings_json) IS NOT NULL
 ), counted AS (
     SELECT * EXCLUDE (kinds), len(kinds) AS calls,

@@ -110,7 +110,8 @@ def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> 
     for i, r in enumerate(rollouts):
         sc = r.episode_score
         if sc is not None:  # an episode: scored in its workspace (not in `verified`)
-            out.append(trajectory_record(ctx, r, sc, components=episode_components(parts.domains[r.task.domain], r)))
+            components = episode_components(parts.domains[r.task.domain], r, sc)
+            out.append(trajectory_record(ctx, r, sc, components=components))
             continue
         env = parts.domains[r.task.domain]
         sc, res = verified[i].score, verified[i].result
@@ -129,10 +130,10 @@ def score_rollouts(parts: Parts, ctx: StageContext, rollouts: list[Rollout]) -> 
     return out
 
 
-def episode_components(env, r: Rollout) -> list[dict]:
+def episode_components(env, r: Rollout, sc: Score) -> list[dict]:
     """An episode's components: the verifier's reward and, where its source keeps the
     expected calls, `tool_call_accuracy` (a measurement beside the reward, not a part of it)."""
-    out = [component("verifier", r.episode_score.reward)]
+    out = [component("verifier", sc.reward)]
     accuracy = env.call_accuracy(r.task, r.steps) if isinstance(env, MultiTurnEnvironment) else None
     if accuracy is not None:
         out.append(component("tool_call_accuracy", accuracy))

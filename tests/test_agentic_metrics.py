@@ -217,8 +217,8 @@ def test_expected_calls_become_the_accuracy_component():
 
     steps = [step(OK), step(NO_CALL), step(SUBMIT)]
     r = Rollout(task, 0, [], [], [], [], "submit", {}, steps=steps, episode_score=Score(0.5, "fail"))
-    assert [c["name"] for c in episode_components(repair, r)] == ["verifier"]
-    got = {c["name"]: c["value"] for c in episode_components(Expecting(), r)}
+    assert [c["name"] for c in episode_components(repair, r, r.episode_score)] == ["verifier"]
+    got = {c["name"]: c["value"] for c in episode_components(Expecting(), r, r.episode_score)}
     assert got == {"verifier": 0.5, "tool_call_accuracy": 0.5}
 
 

@@ -65,10 +65,11 @@ def session_rows(table, workload: dict, template: dict, base: Path):
         if r["rating"] is not None:
             s["ratings"].append(r["rating"])
     for instruction, s in sessions.items():
+        negative = any(x < negative_below for x in s["ratings"])
+        metadata = {"workload": workload.get("name", ""), "traces": sorted(s["traces"]), "ratings": s["ratings"],
+                    "negative": negative}  # fmt: skip
         raw = {**template, "id": stable_id("session", instruction), "instruction": instruction,
-               "level": workload.get("level", 1),
-               "metadata": {"workload": workload.get("name", ""), "traces": sorted(s["traces"]), "ratings": s["ratings"],
-                            "negative": any(x < negative_below for x in s["ratings"])}}  # fmt: skip
+               "level": workload.get("level", 1), "metadata": metadata}  # fmt: skip
         yield s["where"], raw, "", base
 
 
@@ -82,12 +83,14 @@ class SessionTasks(WorkspaceTasks):
         self.workload, self.eval_only = workload, False
         self.path = self.name = f"traces:{workload}"
         config = {**source.workload(workload), "name": workload}
-        self.source = f"agent sessions of workload {workload} in {source.uri}, verified by {config['workspace']}"
+        self.source = f"agent sessions of {workload} in {source.uri}, verified by {config['workspace']}"
         self._setup_state()
         template, base = read_template(config["workspace"])
         table = TraceStore(Lake(source.uri, source.endpoint, source.region)).traces(workload)
         if table.num_rows == 0:
-            raise WorkspaceTaskError(f"no traces of workload {workload!r} in {source.uri} (run `flywheel ingest` first)")
+            raise WorkspaceTaskError(
+                f"no traces of workload {workload!r} in {source.uri} (run `flywheel ingest` first)"
+            )
         self.load(session_rows(table, config, template, base))
 
     def logged_failures(self, split: str = "train") -> list[TaskSpec]:

@@ -4,7 +4,8 @@ storage/agentic.py defines every metric (one SQL definition); this module only r
 `agentic_cells` and `agentic_pass_k` for the rows a report wants, puts the 95% Wilson
 interval on the completion rate, and rounds. Its rows feed every place that shows them:
 the evaluation (EvalResult.agentic, its DataFrame, the markdown report of
-flywheel/reports/eval_report.py and the Prefect table artifact: flows/evaluate.py), the tracker (flywheel/reports/tracking.py) and
+flywheel/reports/eval_report.py and the Prefect table artifact: flows/evaluate.py), the
+tracker (flywheel/reports/tracking.py) and
 `flywheel report` (flywheel/cli/query.py, over training cycles as well).
 
 A row: the keys; episodes, tasks, completed, completion with ci_low/ci_high; pass@k and
@@ -49,15 +50,18 @@ def agentic_rows(con, keys: list[str], where: str = "TRUE", params: list | None 
     ).fetchall()
     pass_k: dict[tuple, dict[int, tuple[float, float]]] = {}
     for *key, k, at, hat in con.execute(
-        f"SELECT {cols}, k, pass_at_k, pass_hat_k FROM agentic_pass_k WHERE {where} ORDER BY {cols}, k", params
+        f"SELECT {cols}, k, pass_at_k, pass_hat_k FROM agentic_pass_k WHERE {where} ORDER BY {cols}, k",
+        params,
     ).fetchall():
         pass_k.setdefault(tuple(key), {})[k] = (at, hat)
     out = []
     for values in cells:
-        key, (episodes, tasks, completed), rest = values[: len(keys)], values[len(keys) : len(keys) + 3], values[len(keys) + 3 :]
+        key, (episodes, tasks, completed) = values[: len(keys)], values[len(keys) : len(keys) + 3]
+        rest = values[len(keys) + 3 :]
         lo, hi = wilson(completed, episodes)
         row = dict(zip(keys, key))
-        row.update(episodes=episodes, tasks=tasks, completed=completed, completion=_round(completed / episodes),
+        completion = _round(completed / episodes)
+        row.update(episodes=episodes, tasks=tasks, completed=completed, completion=completion,
                    ci_low=_round(lo), ci_high=_round(hi))  # fmt: skip
         by_k = pass_k.get(tuple(key), {})
         ks = shown_ks(max(by_k, default=0))

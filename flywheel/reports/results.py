@@ -91,7 +91,8 @@ class FlywheelResult(BaseModel):
         domain and level (empty without episode domains)."""
         import pandas as pd
 
-        return pd.DataFrame([{"policy_version": e.policy_version, **row} for e in self.evaluations for row in e.agentic])
+        rows = [{"policy_version": e.policy_version, **row} for e in self.evaluations for row in e.agentic]
+        return pd.DataFrame(rows)
 
     def by_domain_level(self):
         """One row per cycle, domain and level."""

@@ -187,7 +187,8 @@ class WandbBackend:
         if rows:
             cols = list(rows[0])
             table = self.wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in rows])
-            self.run.log({f"tables/{name.rsplit('/', 1)[0]}": table, self._axis(name): step})  # eval/agentic/v1: its own
+            key = f"tables/{name.rsplit('/', 1)[0]}"  # eval/v1: tables/eval, eval/agentic/v1: its own
+            self.run.log({key: table, self._axis(name): step})
 
     def image(self, path: Path) -> None:
         self.run.log({"reward_curve": self.wandb.Image(str(path))})
@@ -305,7 +306,8 @@ class Tracker:
         self._call("metrics", values, result.policy_version)
         self._call("table", f"eval/v{result.policy_version:04d}", list(result.groups), result.policy_version)
         if result.agentic:
-            self._call("table", f"eval/agentic/v{result.policy_version:04d}", list(result.agentic), result.policy_version)
+            name = f"eval/agentic/v{result.policy_version:04d}"
+            self._call("table", name, list(result.agentic), result.policy_version)
 
     def close(self, status: str = "FINISHED") -> None:
         self._call("close", status)
