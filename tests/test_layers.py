@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
     ["flywheel/cli"],  # the command line and the local server: drives flows
     ["flows"],  # the cycle and the other flows, top to bottom
-    ["flywheel/run", "flywheel/production", "flywheel/gateway"],  # a run's wiring; production in and out; the gateway
+    ["flywheel/run", "flywheel/production"],  # a run's wiring; production in and out
     ["tasks"],  # one Prefect task per stage, and the episode runner they share
+    ["flywheel/gateway"],  # the OpenAI-compatible gateway: served alone, or by the generate stage to an agent
     ["flywheel/reports"],  # summaries, statistics, tracking, progress: read the lake, never change a run
     ["flywheel/config"],  # the one typed config, gathering the sections of the layers below
     ["environments"],  # domains, verifiers, task sources, the judge, sandboxes
@@ -39,6 +40,8 @@ def room_of_module(name: str) -> str | None:
 
 def room_of_file(path: Path) -> str | None:
     rel = path.relative_to(ROOT).parts
+    if not all(part.isidentifier() for part in rel[:-1]):
+        return None  # data, not code: a task's own files (environments/domains/harbor_tasks/<task>/...)
     if rel[0] == "flywheel":
         return f"flywheel/{rel[1]}" if len(rel) > 2 else None  # flywheel/__init__.py: the lazy facade
     return rel[0]
