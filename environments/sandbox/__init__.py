@@ -35,10 +35,11 @@ def libraries_dir(cfg) -> str | None:
     return default if os.path.isdir(default) else None
 
 
-def make_sandbox(cfg, warmup: tuple[str, ...] = ()) -> Sandbox:
+def make_sandbox(cfg, warmup: tuple[str, ...] = (), binds: tuple[tuple[str, str], ...] = ()) -> Sandbox:
     """Build the configured backend from a `SandboxConfig`; `warmup`: the domains' code
     run once per worker before it forks (Environment.sandbox_warmup), with an import of
-    each module in `sandbox.preload`."""
+    each module in `sandbox.preload`; `binds`: (host path, path inside) shown read-only
+    (bwrap only: an agent's runs see the gateway's socket, tasks/agent_runs.py)."""
     import importlib
 
     if cfg.backend not in BACKENDS:
@@ -46,6 +47,10 @@ def make_sandbox(cfg, warmup: tuple[str, ...] = ()) -> Sandbox:
     module, cls = BACKENDS[cfg.backend].split(":")
     extra = {"recycle_after": cfg.recycle_after, "libraries": libraries_dir(cfg),
              "warmup": tuple(dict.fromkeys([*warmup, *(f"import {m}" for m in cfg.preload)]))}  # fmt: skip
+    if binds:
+        if cfg.backend != "bwrap":
+            raise ValueError(f"sandbox backend {cfg.backend!r} cannot bind host paths in (bwrap can)")
+        extra["binds"] = tuple(binds)
     if cfg.backend == "docker":
         extra["image"] = cfg.docker_image
         extra["hosts"] = cfg.docker_hosts

@@ -10,7 +10,8 @@ uts and cgroup namespaces with nested user namespaces disabled (`--disable-usern
 no capabilities, `--new-session` (no TIOCSTI into a terminal), `--die-with-parent`
 and `--as-pid-1` (the worker is the namespace's init, which is what lets it kill every
 leftover process and not itself). The root holds only a read-only /usr (plus the
-interpreter's prefix when it lives elsewhere), a fresh /proc and minimal /dev;
+interpreter's prefix when it lives elsewhere, and the read-only `binds` a caller names:
+the gateway's socket for an agent's runs), a fresh /proc and minimal /dev;
 /work and /tmp are size-limited tmpfs mounts of the sandbox itself, so no host
 directory is ever writable or even visible. The environment is cleared.
 
@@ -137,8 +138,10 @@ class BwrapSandbox(PoolSandbox):
 
     def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
                  recycle_after: int = 0, cgroups: bool = True, libraries: str | None = None,
-                 warmup: tuple[str, ...] = ()):
+                 warmup: tuple[str, ...] = (), binds: tuple[tuple[str, str], ...] = ()):
         super().__init__(limits, concurrency, python, recycle_after, libraries, warmup)
+        # (host path, path inside): read-only, e.g. the gateway's socket for an agent's runs
+        self.binds = tuple((os.path.abspath(src), dst) for src, dst in binds)
         self.bwrap = shutil.which("bwrap")
         if self.bwrap is None:
             raise RuntimeError("bubblewrap is not installed: apt-get install bubblewrap")
@@ -161,6 +164,7 @@ class BwrapSandbox(PoolSandbox):
             "--symlink", "usr/bin", "/bin",
             *_interpreter_binds(self.python),
             *(["--ro-bind", self.libraries, LIBRARIES] if self.libraries else []),
+            *(arg for src, dst in self.binds for arg in ("--ro-bind", src, dst)),
             "--proc", "/proc", "--dev", "/dev",
             "--size", str(TMPFS_MB << 20), "--tmpfs", "/tmp",
             "--size", str(TMPFS_MB << 20), "--tmpfs", "/work", "--chdir", "/work",
