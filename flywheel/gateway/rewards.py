@@ -8,11 +8,15 @@ client's own key for it. The reward closes the session and it is written with it
 A session no reward reaches within `gateway.session_timeout_s` of its last call is written
 unlabelled: kept in the lake, not trained on.
 
-Not done (issue 45, item 2): rewards from a named workload's verifier or reward functions
-(the task-file verifiers of flywheel.environments run on a TaskSpec, and a session has
-none until offline mode samples tasks for it), from the LLM judge, or from later feedback
-in the production logs (they reach the lake as traces, matched to nothing here); the
-agent's return value is offline mode's (item 3), also not done.
+In offline mode (tasks/agent_runs.py) the flywheel rewards the sessions itself
+(`scored_outcome`): by the sampled task's verifier on the agent's final answer, or, where
+the task has no verifier of its own, by the agent's return value; the close record says
+which (`source`) with the verifier's whole Score.
+
+Not done (issue 45, item 2): for sessions of `flywheel gateway serve`, rewards from a
+named workload's verifier or reward functions (they run on a TaskSpec, and a live
+session has none), from the LLM judge, or from later feedback in the production logs
+(they reach the lake as traces, matched to nothing here).
 """
 
 from __future__ import annotations
@@ -44,6 +48,14 @@ def parse_reward(body) -> dict:
     detail = {"source": "caller", "components": components, "note": note}
     return {"reason": "reward" if reward is not None else "unlabelled", "reward": reward,
             "reward_json": json.dumps(detail, sort_keys=True), "closed_at": now_iso()}  # fmt: skip
+
+
+def scored_outcome(reward: float | None, source: str, detail: dict) -> dict:
+    """The close record of a session the flywheel rewarded itself (offline mode): `source`
+    is "verifier" or "agent"; reward None closes it unlabelled."""
+    return {"reason": "reward" if reward is not None else "unlabelled", "reward": reward,
+            "reward_json": json.dumps({"source": source, **detail}, sort_keys=True, default=str),
+            "closed_at": now_iso()}  # fmt: skip
 
 
 def timeout_outcome() -> dict:

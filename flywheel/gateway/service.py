@@ -40,8 +40,11 @@ log = logging.getLogger("flywheel.gateway")
 class Gateway:
     def __init__(self, engine: Engine, tokenizer, store: SessionStore, config: GatewayConfig, *,
                  spool_dir: str | Path, max_model_len: int, policy: str = "", scrubber=None,
-                 tool_format: str = "auto", api_keys: list[str] | None = None):  # fmt: skip
+                 tool_format: str = "auto", api_keys: list[str] | None = None, key_is_id: bool = False):  # fmt: skip
         self.config, self.store, self.scrubber, self.policy = config, store, scrubber, policy
+        # offline mode (tasks/agent_runs.py): a keyed session's id is its key, a stable id per
+        # task and sample that the runner made, so a retried stage finds its sessions in the lake
+        self.key_is_id = key_is_id
         self.tok, self.max_model_len = tokenizer, max_model_len
         self.keys = {k: "key-" + hashlib.sha256(k.encode()).hexdigest()[:12] for k in api_keys or [] if k}
         if not config.loopback and not self.keys:
@@ -100,6 +103,10 @@ class Gateway:
                 "model_not_found",
             )
         session, parent, at = self.book.find(client, key, req.messages)
+        limit = self.config.max_calls_per_session
+        if limit and session is not None and len(session.calls) >= limit:
+            raise GatewayError(429, f"this session made its {limit} calls (gateway.max_calls_per_session)",
+                               "rate_limit_exceeded", None, "session_call_limit")  # fmt: skip
         tools = req.tools if req.tool_choice != "none" else None
         prompt, continued = None, False
         if parent is not None:
@@ -152,9 +159,8 @@ class Gateway:
         if session is None or session.id not in self.book.open:  # new, or closed while this call ran
             parent, continued = None, False
             joined = self.book.open.get(self.book.keys.get((client, key), "")) if key else None
-            session = joined or Session(
-                new_session_id(), key or "", grouped_by, client, workload, now_iso(), 0.0
-            )
+            sid = key if self.key_is_id and key and SAFE_ID.match(key) else new_session_id()
+            session = joined or Session(sid, key or "", grouped_by, client, workload, now_iso(), 0.0)
             if joined is None:
                 self.book.start(session)
                 self.spool.start(session)

@@ -18,8 +18,9 @@ another session, it was re-encoded): the trajectory starts at that call.
 or from a policy more than `max_lag` versions behind the current one (the staleness bound of
 issue 45 item 4; `policy` is "<run>@v<k>"; one of another run, or a bare model, is stale).
 
-Not done: feeding these into the cycle (replay, the update stage's batch, group-normalised
-advantages over sessions of one task) is offline and online mode's wiring (items 3 and 4).
+Offline mode (tasks/agent_runs.py) makes the chain ending at a session's last call the
+rollout of its agent run, grouped per task like any other. Not done: online mode's
+wiring (item 4: live sessions into replay and the update stage's batch).
 """
 
 from __future__ import annotations
