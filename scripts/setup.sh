@@ -47,11 +47,12 @@ fi
 # What the sandbox's python may import (sandbox.libraries): the scorers that run or parse
 # model text there (math-verify and its sympy; reasoning-gym's scorers, with their
 # dependencies, numpy and matplotlib among them), and BFCL's stateful API classes, taken
-# without their harness's dependencies (the classes need only mpmath, which sympy brings).
+# without their harness's dependencies (the classes need only mpmath, which sympy brings),
+# and the `openai` SDK, for users' agents run in offline mode (tasks/agent_runs.py).
 # Pinned by the constraints; the stamp names the set, so a machine set up before a library
 # was added gets it.
 SANDBOX_LIB="$VENV/sandbox-lib"
-SANDBOX_PKGS="math-verify latex2sympy2_extended antlr4-python3-runtime reasoning-gym"
+SANDBOX_PKGS="math-verify latex2sympy2_extended antlr4-python3-runtime reasoning-gym openai"
 SANDBOX_NODEPS="bfcl-eval==2026.3.23"
 if [ "$(cat "$SANDBOX_LIB/.complete" 2>/dev/null)" != "$SANDBOX_PKGS $SANDBOX_NODEPS" ]; then
   echo "setup: installing the sandbox's libraries into $SANDBOX_LIB"

@@ -6,6 +6,9 @@ Dispatch on the domain's kind, once per task list:
   them. Batches hold at least CALL_SEQUENCES sequences (prompts x k), so that progress
   shows on long lists without starving vLLM, which batches within each call (cutting a
   cycle's 32 sequences into four calls of 8 cost more than half its throughput).
+- with `agent.entry` set (offline mode), none of these: the user's agent plays every task
+  against the gateway, in the sandbox, and its recorded sessions are the rollouts
+  (tasks/agent_runs.py).
 - "episode" domains (environments/toolkit/agentic.py): the episode runner (tasks/multiturn.py)
   plays each trajectory turn by turn in its own sandbox workspace, each turn joining the
   engine's running batch as soon as it is ready (`generation.continuous_turns`), and the
@@ -30,6 +33,7 @@ from flywheel.environments.toolkit.agentic import RewardWeights
 from flywheel.reports.progress import stage
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines import SamplingSpec
+from flywheel.tasks.agent_runs import agent_rollouts
 from flywheel.tasks.multiturn import run_episodes
 from flywheel.storage.schema import TaskSpec, stable_id
 from flywheel.tasks.context import FanoutRun, Parts, StageContext
@@ -54,6 +58,8 @@ def sampling_spec(ctx: StageContext) -> SamplingSpec:
 def rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rollout]:
     """k rollouts per task, grouped by task in the order of `tasks` (see the module
     docstring for why)."""
+    if ctx.config.agent.entry:
+        return agent_rollouts(parts, ctx, tasks)
     budget = ctx.config.engine.max_model_len - ctx.generation.max_tokens
     prompts = {t.task_id: encode_chat(parts.tokenizer, t.prompt) for t in tasks}
     too_long = [t.task_id for t in tasks if len(prompts[t.task_id]) > budget]

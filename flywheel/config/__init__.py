@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from flywheel.environments.sandbox.base import Limits
+from flywheel.config.agent import AgentConfig
 from flywheel.config.gateway import GatewayConfig
 from flywheel.config.production import IngestConfig, JudgeConfig, WorkloadConfig
 from flywheel.config.section import Section
@@ -261,6 +262,7 @@ class FlywheelConfig(Section):
     tracking: TrackingConfig = TrackingConfig()
     ingest: IngestConfig = IngestConfig()
     gateway: GatewayConfig = GatewayConfig()
+    agent: AgentConfig = AgentConfig()
     workloads: dict[str, WorkloadConfig] = Field(
         {},
         description="Production workloads by name (ingested traces' workload_id) and how their traces are verified.",
