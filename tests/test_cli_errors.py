@@ -241,11 +241,11 @@ def test_query_formats(lake):
 
 # ---- the same flags mean the same thing everywhere --------------------------------------------
 def test_shared_flags_are_one_option_on_every_command():
-    import click
     import typer
 
     def commands(cmd, path=()):
-        if isinstance(cmd, click.Group):
+        # duck-typed: typer bundles its own click, so isinstance(cmd, click.Group) never holds
+        if hasattr(cmd, "commands"):
             for name, sub in cmd.commands.items():
                 yield from commands(sub, (*path, name))
         else:
@@ -262,3 +262,18 @@ def test_shared_flags_are_one_option_on_every_command():
         if "--set" in flags:
             assert flags["--set"].multiple and flags["--set"].help.startswith("Override a config key"), name
     assert all(len(h) == 1 for h in helps.values()), helps
+
+
+def test_a_sandbox_that_cannot_run_here_is_one_line_and_exit_1(tmp_path):
+    """`flywheel run` with a sandbox that cannot start (its python missing; bubblewrap
+    missing goes the same way) says so in a line, with what to do, and exits 1: no
+    traceback, no engine started."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", "--cycles", "1",
+                          "--set", "sandbox.python=/nonexistent/python3", "--set", f"runs_dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "sandbox python '/nonexistent/python3' does not exist" in out.stderr
+    assert "Traceback" not in out.stdout + out.stderr

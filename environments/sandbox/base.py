@@ -24,6 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+class SandboxUnavailable(RuntimeError):
+    """The sandbox backend cannot run here (bubblewrap missing, its python missing, no
+    docker engine answering): said at start-up, before any work, in words a user can act on."""
+
+
 LIBRARIES = "/opt/flywheel-lib"  # where `sandbox.libraries` appears inside a sandbox
 
 

@@ -41,7 +41,7 @@ import time
 import uuid
 from pathlib import Path
 
-from flywheel.environments.sandbox.base import LIBRARIES, Job, Limits
+from flywheel.environments.sandbox.base import LIBRARIES, Job, Limits, SandboxUnavailable
 from flywheel.environments.sandbox.pool import PoolSandbox, worker_mb
 from flywheel.environments.sandbox.protocol import Transport, WorkerDied, worker_command
 
@@ -144,9 +144,9 @@ class BwrapSandbox(PoolSandbox):
         self.binds = tuple((os.path.abspath(src), dst) for src, dst in binds)
         self.bwrap = shutil.which("bwrap")
         if self.bwrap is None:
-            raise RuntimeError("bubblewrap is not installed: apt-get install bubblewrap")
+            raise SandboxUnavailable("bubblewrap is not installed: apt-get install bubblewrap (or sandbox.backend=docker)")
         if not os.path.exists(python):
-            raise RuntimeError(f"sandbox python {python!r} does not exist (sandbox.python)")
+            raise SandboxUnavailable(f"sandbox python {python!r} does not exist (sandbox.python)")
         self.drop_to_nobody = os.geteuid() == 0
         roots = [_own_cgroup("memory"), _own_cgroup("pids")] if cgroups else [None]
         self.cgroup_roots = roots if all(roots) else []

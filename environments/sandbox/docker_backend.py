@@ -49,7 +49,7 @@ import struct
 import tempfile
 import time
 
-from flywheel.environments.sandbox.base import LIBRARIES, ExecResult, Job, Limits, Sandbox
+from flywheel.environments.sandbox.base import LIBRARIES, ExecResult, Job, Limits, Sandbox, SandboxUnavailable
 from flywheel.environments.sandbox.docker_hosts import Host, HostSet, ping
 from flywheel.environments.sandbox.docker_image import DEFAULT_IMAGE, NOBODY
 from flywheel.environments.sandbox.pool import PoolSandbox, worker_mb
@@ -221,7 +221,7 @@ class DockerSandbox(PoolSandbox):
             except Exception:
                 if self.hosts.check(host):
                     raise  # the engine answers: a real error, which another host would repeat
-        raise RuntimeError(self.hosts.none_healthy())
+        raise SandboxUnavailable(self.hosts.none_healthy())
 
     def _uses_socket(self, host: Host) -> bool:
         """Our own unix socket needs the engine on this machine: one reached by a unix socket."""

@@ -37,6 +37,8 @@ import threading
 import time
 from typing import Callable
 
+from flywheel.environments.sandbox.base import SandboxUnavailable
+
 HEALTH_INTERVAL_S = 1.0
 HEALTH_TIMEOUT_S = 2.0
 SLOW_TO_DOWN = 3  # pings in a row that time out before an engine that is there counts as lost
@@ -127,7 +129,7 @@ class HostSet:
             self.check(host)
         if not self.healthy():
             self.close()
-            raise RuntimeError(self.none_healthy())
+            raise SandboxUnavailable(self.none_healthy())
         self._stop = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="docker-host-monitor", daemon=True)
         self._monitor.start()

@@ -67,8 +67,12 @@ def _known(exc: BaseException) -> CliError | None:
     """The project's own exceptions that already say what is wrong, as CLI errors."""
     from flywheel.storage.lake import LakeError
 
+    from flywheel.environments.sandbox.base import SandboxUnavailable
+
     if isinstance(exc, CliError):
         return exc
+    if isinstance(exc, SandboxUnavailable):  # a subclass of RuntimeError: callers that caught that still do
+        return Unavailable(str(exc), "`flywheel check` tests the sandbox without starting a run")
     if isinstance(exc, LakeError):
         text = str(exc)
         if text.startswith("cannot reach"):  # the store's own reason is pyarrow's many lines: its AWS code is enough
