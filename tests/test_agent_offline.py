@@ -205,3 +205,42 @@ def test_the_agents_source_is_found_without_importing_it(tmp_path):
     with pytest.raises(AgentError, match="max_source_bytes"):
         agent_source(AgentConfig(entry="pkg.loop:run", path=str(tmp_path), max_source_bytes=1024).model_copy(
             update={"max_source_bytes": 10}))
+
+
+def test_the_forwarder_sets_the_runs_session_on_every_request(tmp_path):
+    """The sandbox's forwarder (flywheel/gateway/agent_harness.py), here on the host: two
+    requests on one connection, one chunked and carrying a session header of the agent's
+    own, reach the socket with the run's session header instead, bodies as sent."""
+    from flywheel.gateway.agent_harness import start_forwarder
+
+    path = str(tmp_path / "gw.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    seen = []
+
+    def upstream():
+        conn, _ = server.accept()
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+        seen.append(data)
+        conn.sendall(b"done")
+        conn.close()
+
+    threading.Thread(target=upstream, daemon=True).start()
+    port = start_forwarder(path, "run-session-1")
+    client = socket.create_connection(("127.0.0.1", port))
+    chunked = b"POST /v1/a HTTP/1.1\r\nX-Flywheel-Session: mine\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    plain = b"POST /v1/b HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+    client.sendall(chunked + plain)
+    client.shutdown(socket.SHUT_WR)
+    reply = b""
+    while chunk := client.recv(65536):
+        reply += chunk
+    assert reply == b"done"
+    assert seen == [
+        b"POST /v1/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\nX-Flywheel-Session: run-session-1\r\n\r\n"
+        b"3\r\nabc\r\n0\r\n\r\n"
+        b"POST /v1/b HTTP/1.1\r\nContent-Length: 5\r\nX-Flywheel-Session: run-session-1\r\n\r\nhello"
+    ]
