@@ -366,7 +366,7 @@ def _act(lv: _Live, sample, limits, max_chars, fmt: ToolFormat) -> tuple[list[st
         invalid = InvalidCall(truncate(sample.text, 300)[0], "no tool call in the reply")
         lv.ep.steps.append(step_record(invalid, execute(lv.ws, invalid)))
         return [no_call(fmt)], False
-    observations: list[str] = []
+    observations: list[str | dict] = []
     for call in calls:
         result = env.run_call(lv.ep.task, lv.ws, call, table, limits=limits, max_chars=max_chars)
         lv.ep.steps.append(step_record(call, result))
