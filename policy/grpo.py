@@ -23,6 +23,10 @@ than on-policy ones and a token the old policy liked much more than the current 
 counts at most `cap` times. One optimizer step per batch makes pi_prox exactly the
 trainer's policy at the start of the step, so no extra forward pass is needed.
 
+On-policy distillation (`reverse_kl_loss`): a teacher's logprobs of the tokens the
+student sampled give a per-token signal, the reverse KL on sampled tokens, used as a
+per-token advantage in the same clipped surrogate, alone or added to GRPO's loss.
+
 Overlong penalty (DAPO's soft overlong punishment): 0 up to max_tokens - buffer, then
 falling linearly to -1 at max_tokens, so truncated rambling is discouraged smoothly.
 """
@@ -113,10 +117,11 @@ def clipped_pg_loss(
     is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """Weighted sum over tokens of the clipped surrogate loss (+ kl_coef * KL).
-    Shapes: [batch, tokens]; advantages [batch]; weights are 0 off the completion.
+    Shapes: [batch, tokens]; advantages [batch] (one per sequence) or [batch, tokens] (one
+    per token, as distillation's); weights are 0 off the completion.
     `is_weights` (from `decoupled_importance`) scale the surrogate of each token."""
     ratio = torch.exp(new_logprobs - old_logprobs)
-    adv = advantages.unsqueeze(-1)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
@@ -137,6 +142,42 @@ def clipped_pg_loss(
         if is_weights is not None:
             stats["is_weight_mean"] = float((is_weights * mask).sum() / n)
     return (per_token * weights).sum(), stats
+
+
+def reverse_kl_loss(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    teacher_logprobs: torch.Tensor,
+    weights: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """On-policy distillation: the reverse KL(student || teacher) on the student's own samples.
+
+    At each sampled token y_t of a completion (x the prompt),
+
+        kl_t = log pi_student(y_t | x, y_<t) - log pi_teacher(y_t | x, y_<t)
+
+    is a one-sample estimate of the reverse KL at that position: its expectation over the
+    student's sampling is KL(pi_student || pi_teacher) there, >= 0 and 0 only where the two
+    agree. The loss is the clipped surrogate of `clipped_pg_loss` with the per-token advantage
+
+        A_t = -kl_t   (the current student's logprob, detached: a reward, not a path)
+
+    so at ratio 1 (a fresh, on-policy sample) its value is sum_t w_t kl_t, the weighted reverse
+    KL, and its gradient sum_t w_t kl_t grad log pi_student(y_t): the score-function gradient
+    of the KL, each token pushed toward the teacher by how much more the student likes it.
+    Per token, no sum over later tokens (a discount of 0), as in on-policy distillation
+    write-ups. `old_logprobs` and `is_weights` as for GRPO (stale or bf16 samples)."""
+    kl = (new_logprobs - teacher_logprobs).detach()
+    loss, stats = clipped_pg_loss(
+        new_logprobs, old_logprobs, -kl, weights, clip_low, clip_high, is_weights=is_weights
+    )
+    with torch.no_grad():
+        mask = (weights > 0).to(kl.dtype)
+        stats["kl"] = float((kl * mask).sum() / mask.sum().clamp(min=1))  # per completion token
+    return loss, stats
 
 
 def nll_loss(new_logprobs: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict]:

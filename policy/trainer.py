@@ -20,6 +20,12 @@ Samples whose old logprobs are not the trainer's own (an older policy's, or an e
 with other numerics, e.g. bf16 rollouts) are clipped against the trainer's current
 logprobs and weighted by the truncated importance ratio (policy/grpo.py).
 
+On-policy distillation (`distill`, a DistillConfig with mode "only" or "add"): every sample
+carries its teacher's logprobs (`teacher_logprobs`, scored by policy/teacher.py in the update
+stage), and the loss gets the reverse-KL term of policy/grpo.py, alone (the samples'
+advantages zeroed) or added to GRPO's with `distill.weight`. Without it the loss is GRPO's,
+unchanged.
+
 Precision (`cfg.bf16`, `uses_bf16`): bf16 is DeepSpeed's `torch_autocast` section, not its
 `bf16` one. Under autocast the parameters stay float32 and are the master weights: ZeRO-3
 partitions, gathers, checkpoints and exports them as float32, the AdamW state is float32,
@@ -48,7 +54,13 @@ import torch
 
 from flywheel.policy import lora
 from flywheel.policy.batching import MicroBatch, plan, rank_share
-from flywheel.policy.grpo import clipped_pg_loss, decoupled_importance, nll_loss, token_weights
+from flywheel.policy.grpo import (
+    clipped_pg_loss,
+    decoupled_importance,
+    nll_loss,
+    reverse_kl_loss,
+    token_weights,
+)
 from flywheel.policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
 
 GPU_MIN_SHARED_PROMPT = 1024  # tokens; bench/share_prompt.py on an H200 (bench/README.md)
@@ -65,6 +77,8 @@ class TrainSample:
     # sampled with other numerics than the trainer's (bf16 rollouts): its old logprobs are
     # a behaviour policy's, corrected like a stale sample's
     engine_mismatch: bool = False
+    # the teacher's logprob of each completion token (on-policy distillation); None without one
+    teacher_logprobs: list[float] | None = None
 
     @property
     def behaviour_differs(self) -> bool:
@@ -95,6 +109,16 @@ def place_completions(
         old = torch.tensor(s.old_logprobs, dtype=old_lp.dtype)
         old_lp[i, start:end] = torch.nan_to_num(old, nan=0.0)
         weights[i, start:end] = w * (~torch.isnan(old)).to(weights.dtype)
+
+
+def place_teacher(chunk: list[TrainSample], teacher_lp: torch.Tensor, shared: bool = False) -> None:
+    """Each sample's teacher logprobs at its completion positions, as `place_completions`
+    places the old ones. A padding forward's sample (loss scaled to 0) may have none."""
+    for i, s in enumerate(chunk):
+        if s.teacher_logprobs is not None:
+            start = 0 if shared else len(s.prompt_ids) - 1
+            end = start + len(s.completion_ids)
+            teacher_lp[i, start:end] = torch.tensor(s.teacher_logprobs, dtype=teacher_lp.dtype)
 
 
 def uses_bf16(cfg) -> bool:
@@ -157,9 +181,17 @@ def _max_over_ranks(value: int) -> int:
 
 
 class GRPOTrainer:
-    def __init__(self, model_dir: str, cfg, ds_config: dict | None = None, reference_dir: str | None = None):
+    def __init__(
+        self,
+        model_dir: str,
+        cfg,
+        ds_config: dict | None = None,
+        reference_dir: str | None = None,
+        distill=None,
+    ):
         """`reference_dir`: the frozen policy for the KL penalty (default `model_dir`);
-        loaded only when `cfg.kl_coef` > 0."""
+        loaded only when `cfg.kl_coef` > 0. `distill`: a DistillConfig (on-policy
+        distillation, its mode and weight); None or mode "off": GRPO alone."""
         self.device = _init_distributed()
         import deepspeed
         from transformers import AutoModelForCausalLM
@@ -186,6 +218,7 @@ class GRPOTrainer:
         if cfg.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(reference_dir or model_dir, dtype=torch.float32)
             self.reference = ref.eval().requires_grad_(False).to(self.device)
+        self.distill = distill if distill is not None and distill.mode != "off" else None
         self.steps = 0
 
     @staticmethod
@@ -217,6 +250,13 @@ class GRPOTrainer:
         weight_of = {id(s): w for s, w in zip(samples, per_sample)}
         share_from = self.min_shared_prompt()
         mine = rank_share(samples, rank, world, share_from is not None)
+        if self.distill is not None and objective == "grpo":
+            unscored = sum(1 for s in mine if len(s.teacher_logprobs or ()) != len(s.completion_ids))
+            if unscored:
+                raise ValueError(
+                    f"distill.mode {self.distill.mode!r}: {unscored} samples lack teacher logprobs for every "
+                    "completion token (the update stage scores them: policy/teacher.py)"
+                )
         batches = plan(mine, cfg.micro_batch_tokens, share_from)
         # every rank runs every forward (ZeRO-3 gathers parameters in it): pad each kind
         # (a shared-prompt micro-batch runs two) to the most any rank has
@@ -244,6 +284,8 @@ class GRPOTrainer:
                     with torch.no_grad(), torch.autocast(self.device, torch.bfloat16, enabled=self.bf16):
                         ref_lp = self._logprobs(self.reference, batch)
                 adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
+                if self.distill is not None and self.distill.mode == "only":
+                    adv = torch.zeros_like(adv)  # the teacher's term is the signal (a reference KL stays)
                 is_w = None
                 if cfg.off_policy_correction == "truncated_is" and any(s.behaviour_differs for s in chunk):
                     stale = torch.tensor([s.behaviour_differs for s in chunk], device=new_lp.device)
@@ -259,6 +301,14 @@ class GRPOTrainer:
                     cfg.kl_coef,
                     is_w,
                 )
+                if self.distill is not None:
+                    teacher_lp = torch.zeros_like(new_lp)
+                    place_teacher(chunk, teacher_lp, batch.shared_prompt)
+                    term, term_stats = reverse_kl_loss(
+                        new_lp, old_lp, teacher_lp, weights, cfg.clip_eps_low, cfg.clip_eps_high, is_w
+                    )
+                    loss = loss + self.distill.weight * term
+                    stats.update({f"distill_{k}": v for k, v in term_stats.items()})
             self.engine.backward(loss, scale_wrt_gas=False)
             loss_total += loss.item() / world
             if batch.counts:

@@ -24,7 +24,7 @@ from flywheel.config.gateway import GatewayConfig
 from flywheel.config.production import IngestConfig, JudgeConfig, WorkloadConfig
 from flywheel.config.section import Section
 from flywheel.config.tasks import CurriculumConfig, EvalConfig, ReplayConfig, SamplerConfig
-from flywheel.config.training import PipelineConfig, TrainerConfig
+from flywheel.config.training import DistillConfig, PipelineConfig, TrainerConfig
 from flywheel.config.tracking import TrackingConfig
 
 
@@ -256,6 +256,7 @@ class FlywheelConfig(Section):
     curriculum: CurriculumConfig = CurriculumConfig()
     reward: RewardConfig = RewardConfig()
     trainer: TrainerConfig = TrainerConfig()
+    distill: DistillConfig = DistillConfig()
     pipeline: PipelineConfig = PipelineConfig()
     fanout: FanoutConfig = FanoutConfig()
     cold_start: ColdStartConfig = ColdStartConfig()

@@ -1,13 +1,13 @@
 """The update's sections of the config (flywheel/config/__init__.py): the trainer (GRPO/SFT with
-DeepSpeed, policy/trainer.py) and the pipeline that overlaps it with rollouts
-(flywheel/run/pipeline.py). Kept apart so config.py stays readable; `flywheel.config` still
-exports both."""
+DeepSpeed, policy/trainer.py), on-policy distillation from a teacher (policy/teacher.py) and the
+pipeline that overlaps the update with rollouts (flywheel/run/pipeline.py). Kept apart so
+config.py stays readable; `flywheel.config` still exports them."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from flywheel.config.section import Section
 
@@ -87,6 +87,48 @@ class TrainerConfig(Section):
         description="Train LoRA adapters, not every weight (give a learning rate about 10x the full one); "
         "the engine gets them merged, the export holds both.",
     )
+
+
+class DistillConfig(Section):
+    """On-policy distillation: a teacher scores the student's own samples token by token in the
+    update stage (policy/teacher.py), and the per-token reverse KL on the sampled tokens
+    (policy/grpo.py:reverse_kl_loss) is the training signal, alone or beside GRPO's."""
+
+    mode: Literal["off", "only", "add"] = Field(
+        "off",
+        description="off: GRPO alone. only: the reverse KL to the teacher is the whole signal (per-token "
+        "advantage -(logp_student - logp_teacher)); add: GRPO's loss + weight * that term. With a "
+        "teacher, groups of equal rewards are trained on too (they still carry the teacher's signal).",
+    )
+    teacher: str | None = Field(
+        None,
+        description="The teacher: a local HF model dir or a Hub name in the local cache; it must use the "
+        "student's tokenizer (the same vocabulary), which start-up checks. Empty: none (mode must be off).",
+    )
+    weight: float = Field(1.0, gt=0, description="Weight of the distillation term in the loss.")
+    dtype: Literal["bfloat16", "float32"] = Field(
+        "bfloat16", description="The teacher's weights and matmuls; its logprobs are float32 reductions."
+    )
+    batch_tokens: int = Field(
+        2048,
+        ge=1,
+        description="The teacher's memory budget: padded tokens per forward. Its logits take about "
+        "10 bytes x vocabulary per completion token (1.5 GB at 1024 tokens of Qwen's 152k vocabulary).",
+    )
+    device: str = Field(
+        "auto", description="Where the teacher runs: auto (cuda when there is one), cpu, cuda:1, ..."
+    )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value):  # YAML 1.1 reads a bare `off` (a recipe, `--set distill.mode=off`) as false
+        return "off" if value is False else value
+
+    @model_validator(mode="after")
+    def _teacher_when_on(self):
+        if self.mode != "off" and not self.teacher:
+            raise ValueError(f"distill.mode {self.mode!r} needs distill.teacher (a model dir or Hub name)")
+        return self
 
 
 class PipelineConfig(Section):
