@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from flywheel.environments.reward_functions import RewardFunction
     from flywheel.environments.sandbox import Sandbox
     from flywheel.policy.engines import Engine
+    from flywheel.policy.teacher import Teacher
     from flywheel.policy.trainer import GRPOTrainer
     from flywheel.storage.lake import Lake
 
@@ -106,6 +107,9 @@ class FanoutRun(Protocol):
 class UpdateRun(RunParts, Protocol):
     @property
     def trainer(self) -> GRPOTrainer: ...  # started by the flow before the first update
+
+    @property
+    def teacher(self) -> Teacher | None: ...  # on-policy distillation's scorer; None when distill is off
 
     @property
     def policy_version(self) -> int: ...

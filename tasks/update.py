@@ -1,6 +1,8 @@
 """Stage 6, update: one GRPO step on the cycle's committed train trajectories, read back
 from the lake (so an update can be re-run or resumed); then `sync` puts the new weights
 into the running engine and a probe checks that engine and trainer agree token by token.
+With on-policy distillation (`distill.mode` only or add) the teacher scores the batch's
+tokens here, just before the step (policy/teacher.py); its logprobs are not kept in the lake.
 
 The two are separate tasks so that an asynchronous run (pipeline.max_policy_lag > 0,
 flywheel/run/pipeline.py) can train in the background while the engine generates the next
@@ -92,12 +94,16 @@ def update(rt: UpdateRun, cycle: int) -> dict:
     cfg = rt.config.trainer
     t_start = time.monotonic()
     trainer = rt.trainer
+    teacher = rt.teacher
+    drop_flat = cfg.drop_zero_variance_groups and teacher is None  # a teacher's signal is in every group
     samples, stats = cycle_batch(
-        rt.lake, rt.run_id, cycle, cfg.drop_zero_variance_groups, rt.policy_version, rt.config.engine_mismatch
+        rt.lake, rt.run_id, cycle, drop_flat, rt.policy_version, rt.config.engine_mismatch
     )
     if not samples:  # nothing to learn from; record it so a resume does not retry
         rt.record_update(cycle, rt.policy_version, None)
         return {**stats, "skipped": "every group had equal rewards", "update_s": time.monotonic() - t_start}
+    if teacher is not None:
+        stats.update(teacher.annotate(samples))
     t0 = time.monotonic()
     metrics = trainer.step(samples)
     metrics["step_s"] = time.monotonic() - t0

@@ -25,7 +25,7 @@ from flywheel.environments.base import ChecksTasks
 from flywheel.environments.sandbox import make_sandbox
 from flywheel.config import FlywheelConfig
 from flywheel.run.fanout import make_fanout
-from flywheel.run.model_prep import resolve_model
+from flywheel.run.model_prep import ModelError, resolve_model
 from flywheel.run.domains import build_domains, write_quarantine
 from flywheel.run.lifecycle import RunState, run_state
 from flywheel.storage.lake import Lake
@@ -35,6 +35,7 @@ from flywheel.tasks.context import StageContext
 if TYPE_CHECKING:
     from flywheel.environments.judge import Judge
     from flywheel.policy.engines import Engine
+    from flywheel.policy.teacher import Teacher
     from flywheel.policy.trainer import GRPOTrainer
 
 log = logging.getLogger("flywheel")
@@ -42,14 +43,30 @@ log = logging.getLogger("flywheel")
 
 def check_inputs(config: FlywheelConfig, say=log.info) -> tuple[str, Lake]:
     """The cheap checks, in seconds: the model dir exists (or the default is converted),
-    LoRA's target modules are in it, and the lake is reachable. Raises ModelError,
-    LoraTargetError or LakeError naming what is wrong."""
+    LoRA's target modules are in it, a distillation teacher exists and shares the model's
+    tokenizer, and the lake is reachable. Raises ModelError, LoraTargetError or LakeError
+    naming what is wrong."""
     model_dir = resolve_model(config.model.path, config.model.cache_dir, log=say)
     if config.trainer.lora is not None:
         from flywheel.policy.lora import check_targets
 
         check_targets(model_dir, config.trainer.lora)
+    if config.distill.mode != "off":
+        from flywheel.policy.teacher import TeacherError, check_teacher
+
+        try:
+            check_teacher(teacher_dir(config, say), model_dir)
+        except TeacherError as exc:
+            raise ModelError(str(exc)) from None
     return model_dir, Lake(config.lake_uri, config.store.endpoint, config.store.region)
+
+
+def teacher_dir(config: FlywheelConfig, say=log.info) -> str:
+    """`distill.teacher` as a local HF model dir (ModelError naming the key if it is not one)."""
+    try:
+        return resolve_model(config.distill.teacher, config.model.cache_dir, log=say)
+    except ModelError as exc:
+        raise ModelError(f"distill.teacher: {exc}") from None
 
 
 class Runtime:
@@ -92,6 +109,7 @@ class Runtime:
         self._engine_version = 0
         self._judge: Judge | None = None
         self._trainer: GRPOTrainer | None = None
+        self._teacher: Teacher | None = None
         self.fanout = make_fanout(self)  # where generate and score run; Ray starts on first use
 
     # ---- policy versions -----------------------------------------------------------------
@@ -195,6 +213,17 @@ class Runtime:
             self._trainer = self.make_trainer()
         return self._trainer
 
+    @property
+    def teacher(self) -> Teacher | None:
+        """On-policy distillation's teacher (policy/teacher.py), loaded on first use and kept;
+        None when `distill.mode` is off."""
+        if self._teacher is None and self.config.distill.mode != "off":
+            from flywheel.policy.teacher import Teacher
+
+            self._say(f"Loading the distillation teacher {self.config.distill.teacher} ...")
+            self._teacher = Teacher(teacher_dir(self.config, self._say), self.config.distill)
+        return self._teacher
+
     def make_trainer(self, learning_rate: float | None = None) -> GRPOTrainer:
         """A trainer on the run's current policy (its checkpoint, exactly, when it has one),
         held near `kl_reference()`, with `learning_rate` instead of the config's when given.
@@ -206,12 +235,13 @@ class Runtime:
         if learning_rate is not None:
             cfg = cfg.model_copy(update={"learning_rate": learning_rate})
         checkpoint = self.policies.checkpoint()
+        distill = self.config.distill  # its loss term; the teacher's scores come with the samples
         if checkpoint:  # weights and optimizer state, exactly
-            trainer = GRPOTrainer(self.base_model, cfg, reference_dir=self.kl_reference())
+            trainer = GRPOTrainer(self.base_model, cfg, reference_dir=self.kl_reference(), distill=distill)
             trainer.load_checkpoint(*checkpoint)
             log.info("resumed the trainer from checkpoint %s in %s", checkpoint[1], checkpoint[0])
             return trainer
-        return GRPOTrainer(self.policy_dir, cfg, reference_dir=self.kl_reference())
+        return GRPOTrainer(self.policy_dir, cfg, reference_dir=self.kl_reference(), distill=distill)
 
     def kl_reference(self) -> str:
         """The policy `trainer.kl_coef` holds GRPO near: the run's SFT policy when it has one

@@ -4,7 +4,8 @@ The flywheel on one CPU runs its update in-process. With more ranks, launch this
 torchrun or the deepspeed launcher (a hostfile for several nodes); every rank reads the
 cycle's committed trajectories from the lake, takes its share, and rank 0 exports the
 new weights (and, with --checkpoint-dir, the DeepSpeed checkpoint that the next
-update resumes from):
+update resumes from). With the config's `distill` on, each rank's teacher scores that
+rank's share of the batch (policy/teacher.py):
 
     torchrun --nproc_per_node 2 -m flywheel.run.update_job --lake runs/R/lake --run-id R \\
         --cycle 0 --model MODEL_DIR --out runs/R/policy/v1 [--checkpoint-dir D --tag v1] \
@@ -48,12 +49,21 @@ def main(argv: list[str] | None = None) -> dict:
 
     config = FlywheelConfig.from_yaml(args.config) if args.config else FlywheelConfig()
     lake = Lake(args.lake, args.endpoint)
-    samples, stats = cycle_batch(
-        lake, args.run_id, args.cycle, config.trainer.drop_zero_variance_groups, None, config.engine_mismatch
-    )
+    distill = config.distill.mode != "off"
+    drop_flat = config.trainer.drop_zero_variance_groups and not distill  # a teacher's signal: every group
+    samples, stats = cycle_batch(lake, args.run_id, args.cycle, drop_flat, None, config.engine_mismatch)
     if not samples:
         raise SystemExit("no trajectory with a learning signal in this cycle")
-    trainer = GRPOTrainer(args.model, config.trainer, reference_dir=args.kl_reference)
+    trainer = GRPOTrainer(args.model, config.trainer, reference_dir=args.kl_reference, distill=config.distill)
+    if distill:
+        from flywheel.policy.batching import rank_share
+        from flywheel.policy.teacher import Teacher
+        from flywheel.run.model_prep import resolve_model
+
+        rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        mine = rank_share(samples, rank, world, trainer.min_shared_prompt() is not None)  # as step() splits
+        teacher = Teacher(resolve_model(config.distill.teacher, config.model.cache_dir), config.distill)
+        stats.update(teacher.annotate(mine))
     if args.resume_tag:
         trainer.load_checkpoint(args.checkpoint_dir, args.resume_tag)
     metrics = {**stats, **trainer.step(samples), "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
