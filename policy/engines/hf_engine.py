@@ -1,7 +1,8 @@
 """transformers backend: the fallback when vLLM is not installed (5-10x slower here).
 
 Sampling uses `generate`; logprobs come from one extra forward pass over the sampled
-sequences, so they are exactly what the trainer computes.
+sequences, so they are exactly what the trainer computes. The model runs on the GPU when
+one is visible (bench/gpu_check.py uses it where vLLM is not installed), else on the CPU.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ class HFEngine(Engine):
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self.device).eval()
         self.seed = seed
 
     @torch.no_grad()
@@ -31,10 +33,13 @@ class HFEngine(Engine):
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
         result = []
         for prompt in prompts:  # one prompt at a time: no left-padding subtleties
-            ids = torch.tensor([prompt])
+            ids = torch.tensor([prompt], device=self.device)
             out = self.model.generate(
                 ids, attention_mask=torch.ones_like(ids), do_sample=spec.temperature > 0,
                 temperature=max(spec.temperature, 1e-5), top_p=spec.top_p,
+                # the full distribution, as vLLM samples and as the logprobs report it: generate's
+                # default top_k=50 would sample off the policy the trainer corrects against
+                top_k=0,
                 max_new_tokens=spec.max_tokens, num_return_sequences=spec.n, pad_token_id=pad,
             )  # fmt: skip
             samples = []
