@@ -22,6 +22,11 @@ Versions:
      value and error (the domain's verifier, each of `reward.functions`).
   5  messages gain `tool_calls` (id, name, arguments as JSON text) and `tool_call_id`,
      the OpenAI shape; production traces (`TRACE_SCHEMA`, storage/traces.py).
+  6  `turns` on trajectories: an episode trained step by step keeps each request as the
+     engine got it (`TURN`: the prompt ids as presented, the sampled ids and logprobs, the
+     policy version, the domain's per-turn reward); null for whole-episode samples.
+     `started_cycle`: the cycle a partial rollout began in (-1: this row's own cycle).
+     Commit markers may list `carried/` files: episodes parked for the next cycle.
 
 Nested data the schema does not need to query (environment setup, hidden tests) is kept
 as JSON text: it varies per domain and a new domain must not need a schema change.
@@ -36,7 +41,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 VERDICTS = ("pass", "fail", "no_code", "error", "timeout", "suspected_hack")
 
@@ -45,6 +50,16 @@ MESSAGE = pa.struct(
     [("role", pa.string()), ("content", pa.string()), ("tool_calls", pa.list_(TOOL_CALL)), ("tool_call_id", pa.string())]
 )
 COMPONENT = pa.struct([("name", pa.string()), ("value", pa.float64()), ("error", pa.string())])
+TURN = pa.struct(
+    [
+        ("kind", pa.string()),  # "act", or "summary" (the policy summarising its history)
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("completion_token_ids", pa.list_(pa.int32())),
+        ("completion_logprobs", pa.list_(pa.float32())),
+        ("policy_version", pa.int32()),
+        ("reward", pa.float64()),  # the domain's process reward for the turn, weighted; null: none
+    ]
+)
 STEP = pa.struct(
     [
         ("action", pa.string()),
@@ -134,6 +149,8 @@ class Trajectory:
     origin_cycle: int = -1  # v2
     policy_lag: int = 0  # v3
     reward_components: list[dict] = field(default_factory=list)  # v4: {"name", "value", "error"}
+    turns: list[dict] | None = None  # v6: TURN rows, for step-wise training
+    started_cycle: int = -1  # v6: a partial rollout's first cycle
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @staticmethod
@@ -179,6 +196,8 @@ TRAJECTORY_SCHEMA = pa.schema(
         ("policy_lag", pa.int32()),
         ("created_at", pa.timestamp("us", tz="UTC")),
         ("reward_components", pa.list_(COMPONENT)),
+        ("turns", pa.list_(TURN)),
+        ("started_cycle", pa.int32()),
     ],
     metadata={"flywheel.schema_version": str(SCHEMA_VERSION), "flywheel.record": "trajectory"},
 )

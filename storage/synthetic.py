@@ -81,5 +81,7 @@ def cycle_tables(run_id: str, cycle: int, tasks: int, k: int = 4, seed: int = 0,
         "created_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
         "reward_components": pa.array([[{"name": "verifier", "value": float(r), "error": ""}] for r in reward],
                                       TRAJECTORY_SCHEMA.field("reward_components").type),
+        "turns": pa.nulls(n, TRAJECTORY_SCHEMA.field("turns").type),  # whole-episode samples
+        "started_cycle": pa.array([-1] * n, pa.int32()),
     }, schema=TRAJECTORY_SCHEMA)  # fmt: skip
     return task_table, traj

@@ -31,6 +31,10 @@ class Rollout:
     steps: list[dict] = field(default_factory=list)
     episode_score: Score | None = None  # multi-turn only: scored in its workspace
     verifier_version: str = ""
+    turns: list[dict] | None = None  # step-wise: each request as presented (storage/schema.py TURN)
+    started_cycle: int | None = None  # a partial rollout: the cycle it began in (its id and group are that cycle's)
+    policy_version: int | None = None  # a partial rollout: the oldest policy that sampled it
+    carry: dict | None = None  # a parked episode's state, for the next cycle (tasks/carry.py); not a rollout yet
 
     @property
     def completion(self) -> str:
@@ -44,12 +48,14 @@ def trajectory_record(ctx: StageContext, r: Rollout, score: Score, *, steps: lis
     and kept in `reward_penalty` (the overlong penalty); `components` are the reward's
     parts, one entry each ({"name", "value", "error"})."""
     t = r.task
+    began = ctx.cycle if r.started_cycle is None else r.started_cycle
     return Trajectory(
-        trajectory_id=Trajectory.make_id(f"{ctx.run_id}/{ctx.label}", ctx.cycle, t.task_id, r.sample_index),
-        run_id=ctx.run_id, cycle=ctx.cycle, policy_version=ctx.policy_version, policy_lag=ctx.policy_lag,
+        trajectory_id=Trajectory.make_id(f"{ctx.run_id}/{ctx.label}", began, t.task_id, r.sample_index),
+        run_id=ctx.run_id, cycle=ctx.cycle, policy_lag=ctx.policy_lag,
+        policy_version=ctx.policy_version if r.policy_version is None else r.policy_version,
         task_id=t.task_id, domain=t.domain, level=t.level, split=t.split, origin=t.origin,
         replay_count=t.replay_count, origin_cycle=t.origin_cycle,
-        group_id=stable_id(ctx.run_id, ctx.label, ctx.cycle, t.task_id), sample_index=r.sample_index,
+        group_id=stable_id(ctx.run_id, ctx.label, began, t.task_id), sample_index=r.sample_index,
         messages=r.messages, steps=r.steps + (steps or []), prompt_token_ids=r.prompt_token_ids,
         completion_token_ids=r.completion_token_ids, completion_logprobs=r.completion_logprobs,
         finish_reason=r.finish_reason, num_turns=r.num_turns, num_tool_calls=len(r.steps),
@@ -58,4 +64,5 @@ def trajectory_record(ctx: StageContext, r: Rollout, score: Score, *, steps: lis
         tests_passed=score.tests_passed, tests_total=score.tests_total,
         sandbox_backend=ctx.config.sandbox.backend, verifier_version=r.verifier_version,
         timings_json=json.dumps({**r.timings, **(timings or {})}), reward_components=components or [],
+        turns=r.turns, started_cycle=-1 if r.started_cycle is None else r.started_cycle,
     )  # fmt: skip

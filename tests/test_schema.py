@@ -38,7 +38,7 @@ def write_v1_cycle(lake: Lake, run: str, cycle: int, tasks: pa.Table, trajs: pa.
 
 
 def test_v1_files_read_next_to_current_ones(tmp_path):
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     lake = Lake(str(tmp_path / "lake"))
     old_tasks, old_trajs = cycle_tables("r", 0, 20, k=2, task_pool=40)
     write_v1_cycle(lake, "r", 0, old_tasks, old_trajs)
