@@ -23,7 +23,9 @@ Per task, a domain may say more (workspace tasks as data do; the defaults are th
 class's): `tool_table(task)` the tools offered (a task may bring its own),
 `open_workspace(sandbox, task)` how its workspace is set up (setup commands, a prepared
 template), `budget(task)` its turns, per-call limits and episode wall time, and
-`system_prompt_for(task)` the system prompt its prompt opens with.
+`system_prompt_for(task)` the system prompt its prompt opens with. A domain may also set
+`context`, the context policy its long episodes default to (environments/toolkit/context.py),
+and give `turn_rewards(task, turns)`, a process reward per turn for step-wise training.
 
 A conversation where the user speaks more than once (BFCL's multi-turn entries) sets
 `user_turns`: there a reply without a tool call ends the user's turn, and
@@ -53,6 +55,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 
 from flywheel.environments.base import Environment, Score
+from flywheel.environments.toolkit.context import ContextPolicy
 from flywheel.environments.sandbox import Workspace
 from flywheel.environments.toolkit.tool_formats import BY_NAME, DONE, ToolFormat
 from flywheel.environments.sandbox import Limits
@@ -67,6 +70,7 @@ class RewardWeights:
     valid: float = 0.1
     progress: float = 0.1
     recovery: float = 0.1
+    turn: float = 0.1  # the domain's per-turn process rewards (`turn_rewards`), for step-wise training
 
 
 def process_components(steps: list[dict], start: float, end: float) -> dict[str, float]:
@@ -105,6 +109,7 @@ class MultiTurnEnvironment(Environment):
     intro = "You are an agent working in a sandboxed Linux directory."
     done_hint = DONE  # the system prompt's last sentence
     user_turns = False  # True: a reply without a tool call ends the user's turn (next_user_message)
+    context = ContextPolicy()  # what the model sees of its history (environments/toolkit/context.py)
 
     @property
     def system_prompt(self) -> str:
@@ -142,6 +147,11 @@ class MultiTurnEnvironment(Environment):
     def next_user_message(self, task: TaskSpec, ws: Workspace, turn: int) -> str | None:
         """With `user_turns`: the user's turn `turn` is over (a reply made no call); the
         next user message, or None when the conversation is over."""
+        return None
+
+    def turn_rewards(self, task: TaskSpec, turns: list[list[dict]]) -> list[float] | None:
+        """A process reward in [0, 1] for each act turn, from its steps (`turns[i]`: the steps
+        of turn i); None (the default): the domain has none, each turn shares the episode's."""
         return None
 
     def test_command(self, task: TaskSpec) -> list[str] | None:
