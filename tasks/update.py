@@ -26,6 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from flywheel.policy.grpo import group_advantages, zero_variance_groups
 from flywheel.policy.trainer import TrainSample
 from flywheel.tasks.context import SyncRun, UpdateRun
+from flywheel.tasks.stepwise import samples_of, turn_baselines
 
 
 def cycle_batch(
@@ -45,16 +46,18 @@ def cycle_batch(
 def build_batch(
     table, drop_zero_variance: bool, trainer_version: int | None = None, engine_mismatch: bool = False
 ) -> tuple[list[TrainSample], dict]:
-    """Trajectories -> train samples with group-normalised advantages. A sample's policy
+    """Trajectories -> train samples with group-normalised advantages, one per turn for a
+    step-wise episode (tasks/stepwise.py). A sample's policy
     lag is the trainer's version minus the version that generated it (when the trainer's
     version is known), else the lag recorded at generation. `engine_mismatch`: the
     engine's numerics differ from the trainer's (FlywheelConfig.engine_mismatch)."""
     splits = set(table.column("split").to_pylist())
     if splits - {"train"}:
         raise ValueError(f"the update read non-train trajectories (splits {sorted(splits)}): refusing")
+    # turns: null for whole-episode samples, and in files older than schema v6
     rows = table.select(
         ["group_id", "reward", "prompt_token_ids", "completion_token_ids", "completion_logprobs", "policy_version",
-         "policy_lag"]
+         "policy_lag", "turns"]
     ).to_pylist()  # fmt: skip
     rewards = [r["reward"] for r in rows]
     groups = [r["group_id"] for r in rows]
@@ -66,22 +69,13 @@ def build_batch(
         if r["completion_token_ids"] and not (drop_zero_variance and r["group_id"] in flat)
     ]
 
-    def lag(row) -> int:
+    def lag(version: int, recorded: int | None) -> int:
         if trainer_version is not None:
-            return max(0, trainer_version - row["policy_version"])
-        return row["policy_lag"] or 0  # null in files older than schema v3
+            return max(0, trainer_version - version)
+        return recorded or 0  # null in files older than schema v3
 
-    samples = [
-        TrainSample(
-            rows[i]["prompt_token_ids"],
-            rows[i]["completion_token_ids"],
-            rows[i]["completion_logprobs"],
-            adv[i],
-            lag(rows[i]),
-            engine_mismatch,
-        )
-        for i in keep
-    ]
+    baselines = turn_baselines([rows[i] for i in keep])  # one sample per turn where a row has turns
+    samples = [s for i in keep for s in samples_of(rows[i], adv[i], lag, engine_mismatch, baselines)]
     stats = {"groups": len(set(groups)), "zero_variance_groups": len(flat), "train_samples": len(samples),
              "max_policy_lag": max((s.policy_lag for s in samples), default=0)}  # fmt: skip
     return samples, stats
