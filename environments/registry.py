@@ -45,6 +45,7 @@ BUILTIN = {
     "repair": "flywheel.environments.domains.repair:CodeRepair",  # multi-turn: tools in a workspace
     "terminal": "flywheel.environments.domains.terminal:Terminal",  # multi-turn
     "harbor": "flywheel.environments.domains.harbor_set:HarborSet",  # multi-turn: the Harbor tasks shipped here
+    "longhorizon": "flywheel.environments.domains.longhorizon:LongHorizon",  # multi-turn: 4, 16, 64 steps
 }
 # Eval-only suites: reported beside the held-out cells (eval.suites), never trained on.
 SUITES = {
