@@ -37,7 +37,8 @@ def token_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, first: int = 0)
 @torch.no_grad()
 def sequence_logprobs(model, sequences: list[list[int]], prompt_lens: list[int]) -> list[list[float]]:
     ids, mask = pad_batch(sequences)
-    lps = token_logprobs(model, ids, mask)
+    device = next(model.parameters()).device  # the HF engine's model may be on a GPU
+    lps = token_logprobs(model, ids.to(device), mask.to(device)).cpu()
     return [
         lps[i, start - 1 : len(seq) - 1].tolist()
         for i, (seq, start) in enumerate(zip(sequences, prompt_lens))
