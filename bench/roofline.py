@@ -1,6 +1,7 @@
 """The update step against the machine's matmul roofline, in float32 and bf16, one script.
 
     .venv/bin/python bench/roofline.py [MODEL_DIR] [--samples 16] [--steps 2] [--dtypes float32 bfloat16]
+                                       [--micro-batch-tokens N] [--lora R] [--plain]
 
 1. The roofline per dtype: torch's sustained matmul FLOP/s on this machine with the
    trainer's thread count, best of a few repeats, for a large square product and for the
@@ -45,10 +46,18 @@ def step_times(model: str, bf16: bool, batch_args) -> tuple[dict, dict, dict]:
     """(best seconds per objective, the model's shape, the batch's) for one trainer precision."""
     from bench.update import make_batch
     from flywheel.config import TrainerConfig
+    from flywheel.config.training import LoraConfig
     from flywheel.policy.trainer import GRPOTrainer
 
-    cfg = TrainerConfig(learning_rate=1e-6, bf16=bf16)
-    trainer = GRPOTrainer(model, cfg)
+    budget = {"micro_batch_tokens": batch_args.micro_batch_tokens} if batch_args.micro_batch_tokens else {}
+    lora = LoraConfig(r=batch_args.lora, alpha=2 * batch_args.lora) if batch_args.lora else None
+    cfg = TrainerConfig(learning_rate=1e-6, bf16=bf16, lora=lora, **budget)
+    if batch_args.plain:
+        from flywheel.policy.plain_trainer import PlainTrainer
+
+        trainer = PlainTrainer(model, cfg)
+    else:
+        trainer = GRPOTrainer(model, cfg)
     hf = trainer.engine.module.config
     params = sum(
         p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in trainer.engine.module.parameters()
@@ -76,6 +85,8 @@ def main() -> None:
 
     ap = batch_arguments(steps=2)
     ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    ap.add_argument("--lora", type=int, default=0, help="LoRA of this rank (FLOP/s still counts every parameter)")
+    ap.add_argument("--plain", action="store_true", help="the plain-torch trainer (policy/plain_trainer.py), no ZeRO")
     args = ap.parse_args()
     model = resolve_model(args.model)
     threads = torch.get_num_threads()

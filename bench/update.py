@@ -48,6 +48,8 @@ def batch_arguments(steps: int) -> argparse.ArgumentParser:
     ap.add_argument("--prompt", type=int, default=150)
     ap.add_argument("--completion", type=int, default=100)
     ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--micro-batch-tokens", type=int, default=None,
+                    help="trainer.micro_batch_tokens (default: the config's); a 152k vocabulary's logits need less")
     return ap
 
 
@@ -162,7 +164,8 @@ def main() -> None:
             f"batch: {len(batch)} sequences, {sum(len(s.prompt_ids) + len(s.completion_ids) for s in batch)} tokens"
         )
         return compare_lora(model, batch, args.lora, args.steps)
-    cfg = TrainerConfig(learning_rate=1e-6)
+    budget = {"micro_batch_tokens": args.micro_batch_tokens} if args.micro_batch_tokens else {}
+    cfg = TrainerConfig(learning_rate=1e-6, **budget)
     plain, zero3 = PlainTorchStep(model, cfg), GRPOTrainer(model, cfg)
     batch = make_batch(plain.model.config.vocab_size, args.samples, args.prompt, args.completion)
     times: dict[str, list[float]] = {"plain torch": [], "deepspeed zero-3": []}
