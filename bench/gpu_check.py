@@ -211,7 +211,7 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def run(args) -> dict:
+def run(args, work: Path) -> dict:
     import torch
     import transformers
 
@@ -223,7 +223,6 @@ def run(args) -> dict:
     device_name = torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()})"
     report: dict = {"device": device_name, "dry_run": args.dry_run, "torch": torch.__version__,
                     "transformers": transformers.__version__}  # fmt: skip
-    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     t0 = time.perf_counter()
     if args.model:
         model_dir, report["model"] = resolve(args.model), args.model
@@ -327,7 +326,8 @@ def main(argv: list[str] | None = None) -> dict:
         args.prompts, args.n, args.max_tokens, args.prompt_tokens = 4, 2, 8, 12
         args.steps, args.warmup_steps, args.micro_batch_tokens = 1, 0, 512
     use_checkout()
-    report = run(args)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:  # the model and the export
+        report = run(args, Path(work))
     show(report)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
