@@ -56,7 +56,9 @@ CALL_SEQUENCES = 256
 
 
 @task(name="generate", cache_policy=NO_CACHE)
-def generate(rt: FanoutRun, ctx: StageContext, tasks: list[TaskSpec], carried: list[dict] | None = None) -> list[Rollout]:
+def generate(
+    rt: FanoutRun, ctx: StageContext, tasks: list[TaskSpec], carried: list[dict] | None = None
+) -> list[Rollout]:
     """k rollouts per task. The work runs where `fanout` says (flywheel/run/fanout.py): here,
     or in shards of tasks on Ray. `carried`: the episodes the previous cycle parked
     (storage/carried.py rows); None: no partial rollouts, nothing is parked."""
@@ -73,7 +75,9 @@ def sampling_spec(ctx: StageContext) -> SamplingSpec:
     return SamplingSpec(n=s.k, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=seed)
 
 
-def rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec], carried: list[dict] | None = None) -> list[Rollout]:
+def rollouts(
+    parts: Parts, ctx: StageContext, tasks: list[TaskSpec], carried: list[dict] | None = None
+) -> list[Rollout]:
     """k rollouts per task, grouped by task in the order of `tasks` (see the module
     docstring for why), then the carried groups'."""
     if ctx.config.agent.entry:
@@ -123,7 +127,9 @@ def play_episodes(
     `carried` (partial rollouts): the carried groups too, and the unfinished parked."""
     r, g = ctx.config.reward, ctx.generation
     weights = RewardWeights(r.outcome_weight, r.valid_weight, r.progress_weight, r.recovery_weight, r.turn_weight)
-    budget, resumed, stale = None, [], []  # type: tuple[StageBudget | None, list[list[Episode]], list[TaskSpec]]
+    budget: StageBudget | None = None
+    resumed: list[list[Episode]] = []
+    stale: list[TaskSpec] = []
     if carried is not None:
         p = g.partial
         budget = StageBudget(p.stage_tokens, p.stage_seconds, p.on_budget == "carry") if p.on else None

@@ -102,7 +102,7 @@ class History:
     window_head: int = -1  # heads index of the window's head, once made
     turn_starts: list[int] = field(default_factory=list)  # transcript offset of each act turn's sample
     step_starts: list[int] = field(default_factory=list)  # steps before each act turn (per-turn rewards)
-    turns: list[dict] = field(default_factory=list)  # one per request, see `record`
+    turns: list[dict] = field(default_factory=list)  # one per request (`Live.add_sample`)
     edited: bool = False  # a prompt dropped or replaced something an earlier one showed
     summary_due: bool = False  # the next request asks for the summary
 

@@ -379,3 +379,20 @@ def test_partial_rollouts_are_exactly_once_across_kill_9(tiny_model, tmp_path):
     assert sorted(began) == sorted(drawn)  # every episode drawn is trained once or still parked, never twice
     carried = [r for r in rows if r["started_cycle"] >= 0]
     assert carried and all(r["policy_version"] < r["cycle"] or r["cycle"] == 0 for r in carried)
+
+
+def test_wall_time_caps_an_episode_and_the_config_picks_each_domains_policy(box):  # noqa: F811
+    from flywheel.config import FlywheelConfig
+
+    task = LH.make_tasks("train", 2, 9, 1)[0]
+    engine = Continuous({task.prompt[1]["content"]: reference_script(task)})
+    ((ep,),) = run_episodes(engine, TOK, box, [(task, LH, 1)], max_turns=200, max_tokens=10**7, sampling=SPEC,
+                            episode_seconds=0.4)  # fmt: skip
+    assert ep.finish_reason == "time_limit" and ep.num_turns < 33 and ep.score.verdict == "fail"
+    g = FlywheelConfig(generation={"context": {"mode": "truncate"},
+                                   "context_domains": {"longhorizon": {"mode": "summarise"}}}).generation  # fmt: skip
+    pick = lambda env: g.context_domains.get(env.name, g.context).policy(env.context)  # noqa: E731  (as generate does)
+    assert pick(LH).mode == "summarise" and pick(get_environment("terminal")).mode == "truncate"
+    assert FlywheelConfig().generation.context.policy(LH.context) == LH.context  # the domain's own by default
+    with pytest.raises(ValueError, match="edits the history"):
+        FlywheelConfig(generation={"context": {"mode": "window", "stepwise": "never"}})
