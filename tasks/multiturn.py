@@ -174,8 +174,9 @@ def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: in
         t0 = time.monotonic()
         try:
             play.run(flat)
-            for ep in flat:  # the slot-seconds its counts belong to (tasks/generate.py generation_stats)
-                ep.stage = {"slots": cap, "play_s": time.monotonic() - t0}
+            run = {"slots": cap, "play_s": time.monotonic() - t0}  # one run: one pair (generation_stats)
+            for ep in flat:  # the slot-seconds its counts belong to
+                ep.stage = dict(run)
         finally:
             requests.close()
             play.release_all()

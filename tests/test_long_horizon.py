@@ -266,8 +266,12 @@ def test_short_episodes_finish_while_long_ones_play_and_slots_are_measured(box):
     assert [ep.task.level for ep in done] == [1, 1, 1, 1, 2]  # the long one, started first, ends last
     # a short episode takes about its own 9 turns' time, not the long one's 33
     assert max(ep.seconds for ep in done[:4]) < 0.6 * done[-1].seconds
-    stats = generation_stats([ep.rollout() for g in groups for ep in g])
-    assert 0 < stats["slot_utilisation"] <= 1 and stats["episode_tokens"] > 0
+    eps = [ep for g in groups for ep in g]
+    stats = generation_stats([ep.rollout() for ep in eps])
+    assert len({ep.stage["play_s"] for ep in eps}) == 1 and eps[0].stage["slots"] == 3  # one run, 3 slots
+    busy = sum(ep.engine_s for ep in eps) / (3 * eps[0].stage["play_s"])
+    assert stats["slot_utilisation"] == pytest.approx(busy, abs=1e-3) and 0.3 < busy <= 1  # the engine is the work
+    assert stats["episode_tokens"] == sum(ep.sampled for ep in eps) > 0
 
 
 @pytest.mark.parametrize("level,steps", [(1, 4), (2, 16), (3, 64)])
