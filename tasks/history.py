@@ -14,7 +14,8 @@ The prompt as presented. The episode's `ContextPolicy` (environments/toolkit/con
 picks what the engine gets: the transcript so far (none, truncate), or a *head* followed
 by a tail of the transcript. A head is the opening re-encoded with a note appended to the
 task's user message: for a window, that earlier turns are hidden (the tail starts at the
-first kept turn's sampled ids); for a summary, the summary the model wrote (the tail
+first kept turn's sampled ids; the window moves several turns at a time, so that most
+prompts go on from the one before and the engine's prefix cache holds); for a summary, the summary the model wrote (the tail
 starts after it). A turn's observation ends with the next assistant header, as the head
 does, so a tail cut at a turn boundary reads as a well-formed chat. Summary turns: once
 the next prompt would reach `summarise_at` tokens, a user message asking for a summary
@@ -127,9 +128,8 @@ class Live:
     def span(self) -> tuple[int, int]:
         """(head, start of the transcript tail) of the next prompt."""
         h = self.history
-        if self.policy.mode == "window" and len(h.turn_starts) > self.policy.window_turns:
-            return h.window_head, h.turn_starts[-self.policy.window_turns]
-        return h.head, h.view_from
+        hidden = self.policy.hidden(len(h.turn_starts))
+        return (h.window_head, h.turn_starts[hidden]) if hidden else (h.head, h.view_from)
 
     def length(self, extra: int = 0) -> int:
         """Tokens of the next prompt, with `extra` more observation ids appended."""

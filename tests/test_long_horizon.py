@@ -115,6 +115,10 @@ def test_each_turn_trains_on_the_prompt_the_engine_was_given(box, name):  # noqa
         assert any("tokens dropped ...]" in m for m in tool_text)
     if name == "window":
         assert "Earlier turns of this episode are hidden" in TOK.decode(recorded[-1])
+        shown = [TOK.decode(p).count("<|im_start|>assistant") - 1 for p in recorded]
+        assert max(shown) == 5 and min(shown[5:]) == 4  # 4 turns, and one more until it moves by 2
+        goes_on = sum(b[: len(a)] == a for a, b in zip(recorded, recorded[1:]))
+        assert goes_on >= len(recorded) // 2  # most prompts extend the one before (the prefix cache holds)
     if name == "summarise":
         kinds = [t["kind"] for t in rollout.turns]
         assert kinds.count("summary") >= 1 and kinds.count("act") == ep.num_turns

@@ -25,7 +25,11 @@ class ContextConfig(Section):
         "the turns before it).",
     )
     observation_tokens: int = Field(512, ge=16, description="truncate, window, summarise: a tool result's tokens kept.")
-    window_turns: int = Field(8, ge=1, description="window: the turns kept.")
+    window_turns: int = Field(8, ge=1, description="window: the turns kept (at least).")
+    window_slide: int = Field(
+        0, ge=0, description="window: turns the window moves at a time (prompts between moves go on from the one "
+        "before, so the engine's prefix cache holds); 0: half of window_turns.",
+    )
     summarise_at: int = Field(
         0, ge=0, description="summarise: prompt tokens that call for a summary; 0: 3/4 of engine.max_model_len."
     )
@@ -49,7 +53,8 @@ class ContextConfig(Section):
             base = default or ContextPolicy()
             return base if self.stepwise == "auto" else replace(base, stepwise=self.stepwise)
         return ContextPolicy(mode=self.mode, observation_tokens=self.observation_tokens,
-                             window_turns=self.window_turns, summarise_at=self.summarise_at,
+                             window_turns=self.window_turns, window_slide=self.window_slide,
+                             summarise_at=self.summarise_at,
                              summary_tokens=self.summary_tokens, stepwise=self.stepwise)  # fmt: skip
 
 
