@@ -17,7 +17,8 @@ clue not read before or wrote a right note not written before, else 0 (for step-
 training). The untouched workspace scores 0 and the reference 1 (tests/test_long_horizon.py).
 
 Long episodes outgrow the context, so the domain's default context policy is a window of
-the last turns: each clue carries all the next step needs.
+the last 6 to 8 turns (environments/toolkit/context.py): each clue carries all the next
+step needs.
 """
 
 from __future__ import annotations
