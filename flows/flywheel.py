@@ -6,8 +6,11 @@
 generated, on weights at most that many versions old. Every stage's output is in the lake
 (or the policy manifest) before the next stage starts, and each stage is skipped when
 its output is already there (flywheel/run/lifecycle.py answers which are), so a killed
-run resumes at the stage where it stopped: pass the same `run_id` again. The CLI (`flywheel run`), the Prefect deployments and a
-notebook all call the flows below: one code path, several faces.
+run resumes at the stage where it stopped: pass the same `run_id` again. With partial
+rollouts (`generation.partial`, tasks/carry.py) generate also gets the episodes the last
+committed cycle parked, and archive commits the ones this cycle parks with the cycle. The
+CLI (`flywheel run`), the Prefect deployments and a notebook all call the flows below: one
+code path, several faces.
 """
 
 from __future__ import annotations
