@@ -14,6 +14,7 @@ import duckdb
 from flywheel.storage import agentic
 from flywheel.storage.lake import Lake
 from flywheel.storage.schema import TaskSpec
+from flywheel.storage.traces import TraceStore
 
 
 def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
@@ -22,10 +23,12 @@ def connect(lake: Lake, run_id: str | None = None) -> duckdb.DuckDBPyConnection:
     tokens the model sampled: observation tokens, NaN logprobs, are not counted), a
     `groups` view (GROUPS_VIEW), a `domain_cycles` view (DOMAIN_CYCLES_VIEW), a
     `components` view (COMPONENTS_VIEW), a `signal` view (SIGNAL_VIEW), and the agentic
-    views of episodes (storage/agentic.py) per run, cycle, domain and level."""
+    views of episodes (storage/agentic.py) per run, cycle, domain and level; and the
+    lake's committed production `traces` (storage/traces.py; every workload, every run)."""
     con = duckdb.connect()
     con.register("trajectories", lake.dataset("trajectories", run_id))
     con.register("tasks", lake.dataset("tasks", run_id))
+    con.register("traces", TraceStore(lake).dataset())
     con.execute(CYCLES_VIEW)
     con.execute(GROUPS_VIEW)
     con.execute(DOMAIN_CYCLES_VIEW)

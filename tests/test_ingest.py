@@ -224,3 +224,15 @@ def test_cli_ingest_without_a_prefect_server_starts_none(tmp_path):
         assert "temporary server" not in (out.stdout + out.stderr).lower()
     assert TraceStore(Lake(str(tmp_path / "lake"))).traces().num_rows == 3
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()  # no server's database was made
+
+
+def test_traces_are_a_view_in_query(tmp_path):
+    """Ingested traces are readable with SQL beside the runs' views (`flywheel query`'s
+    connection), committed batches only, every workload."""
+    from flywheel.storage.query import connect
+
+    lake = Lake(str(tmp_path / "lake"))
+    assert connect(lake).execute("SELECT count(*) FROM traces").fetchone() == (0,)
+    ingest_file(TraceStore(lake), write_jsonl(tmp_path / "a.jsonl", [blueprint(i) for i in range(4)]), IngestConfig())
+    rows = connect(lake).execute("SELECT workload_id, count(*) FROM traces GROUP BY ALL").fetchall()
+    assert rows == [("invoices", 4)]
