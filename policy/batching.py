@@ -14,6 +14,10 @@ every rank, since ZeRO-3 needs every rank in every forward and a shared-prompt
 micro-batch runs two. The loss weights come from the whole batch (the trainer), so the
 update does not depend on this plan, only its cost does.
 
+A sample longer than the budget is never shared: it trains alone in a packed micro-batch,
+where the trainer can chunk its logits and checkpoint its activations (policy/chunked.py);
+under checkpointing a shared prompt's key/value cache would be dropped.
+
 Not done: one prompt shared across micro-batches (a group too long for one budget runs
 its prompt once per piece), and prefixes shared between different prompts (a common
 system prompt).
@@ -105,10 +109,10 @@ def plan(
 ) -> list[MicroBatch]:
     """One rank's micro-batches: shared-prompt ones for every prompt of at least
     `min_shared_prompt` tokens with 2+ samples (None: none), each split by completion
-    length where the group exceeds the budget; packed ones for the rest. Shared ones come
-    first, so ranks can pad each kind separately."""
-    shared, single = [], []
-    for group in prompt_groups(samples):
+    length where the group exceeds the budget; packed ones for the rest, a sample longer
+    than the budget alone. Shared ones come first, so ranks can pad each kind separately."""
+    shared, single = [], [s for s in samples if total_length(s) > max_tokens]
+    for group in prompt_groups([s for s in samples if total_length(s) <= max_tokens]):
         prompt = len(group[0].prompt_ids)
         if len(group) < 2 or min_shared_prompt is None or prompt < min_shared_prompt:
             single.extend(group)

@@ -26,6 +26,10 @@ stage), and the loss gets the reverse-KL term of policy/grpo.py, alone (the samp
 advantages zeroed) or added to GRPO's with `distill.weight`. Without it the loss is GRPO's,
 unchanged.
 
+Long sequences (policy/chunked.py): logits beyond `logits_chunk_tokens` are made a chunk at a
+time; a sample longer than the budget trains alone under activation checkpointing. Each step
+reports its peak memory (`peak_rss_gib`, policy/memory.py).
+
 Precision (`cfg.bf16`, `uses_bf16`): bf16 is DeepSpeed's `torch_autocast` section, not its
 `bf16` one. Under autocast the parameters stay float32 and are the master weights: ZeRO-3
 partitions, gathers, checkpoints and exports them as float32, the AdamW state is float32,
@@ -61,7 +65,9 @@ from flywheel.policy.grpo import (
     reverse_kl_loss,
     token_weights,
 )
-from flywheel.policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
+from flywheel.policy.chunked import micro_batch_logprobs, set_checkpointing
+from flywheel.policy.logprobs import pad_batch, token_logprobs
+from flywheel.policy.memory import PeakMemory
 
 GPU_MIN_SHARED_PROMPT = 1024  # tokens; bench/share_prompt.py on an H200 (bench/README.md)
 WEIGHT_FILES = (".safetensors", ".bin", "model.safetensors.index.json")
@@ -267,7 +273,11 @@ class GRPOTrainer:
             forwards += of_kind + [MicroBatch.padding(samples, kind)] * missing
         loss_total, padded, real, stats_seen = 0.0, 0, 0, []
         self.engine.train()
+        peak = PeakMemory(self.device)
         for batch in forwards:
+            long = not batch.shared_prompt and batch.tokens()[1] > cfg.micro_batch_tokens
+            checkpointed = cfg.gradient_checkpointing
+            set_checkpointing(self.engine, long if checkpointed is None else checkpointed)
             # DeepSpeed averages gradients over ranks; we want the sum
             scale = float(world) if batch.counts else 0.0
             chunk = batch.samples
@@ -331,26 +341,23 @@ class GRPOTrainer:
             metrics[key] = sum(seen) / len(seen)
         metrics["off_policy_samples"] = sum(1 for s in samples if s.policy_lag > 0)
         metrics["engine_mismatch_samples"] = sum(1 for s in samples if s.engine_mismatch)
-        return metrics
+        return {**metrics, **peak.read()}
 
     def min_shared_prompt(self) -> int | None:
         """The shortest prompt whose group runs it once (None: never). `share_prompt`
         empty: every prompt on CPU, where the step is compute-bound; on a GPU only long
         ones, since a second forward costs more than short prompts save there (measured:
-        bench/README.md, "A group's prompt run once in the update")."""
+        bench/README.md, "A group's prompt run once in the update"). Never under activation
+        checkpointing, which drops the prompt's key/value cache."""
+        if self.cfg.gradient_checkpointing:
+            return None
         if self.cfg.share_prompt is not None:
             return 0 if self.cfg.share_prompt else None
         return GPU_MIN_SHARED_PROMPT if self.device == "cuda" else 0
 
     def _logprobs(self, model, batch: MicroBatch) -> torch.Tensor:
         """A micro-batch's logprobs under `model`, in its kind's layout (place_completions)."""
-        chunk = batch.samples
-        if batch.shared_prompt:
-            comps = [s.completion_ids for s in chunk]
-            return shared_prompt_logprobs(model, chunk[0].prompt_ids, comps, self.device)
-        ids, mask = pad_batch([s.prompt_ids + s.completion_ids for s in chunk])
-        first = min(len(s.prompt_ids) for s in chunk) - 1  # no logits for what every prompt holds
-        return token_logprobs(model, ids.to(self.device), mask.to(self.device), first)
+        return micro_batch_logprobs(model, batch, self.device, self.cfg.logits_chunk_tokens, self.bf16)
 
     @torch.no_grad()
     def logprobs(self, sequences: list[list[int]], prompt_lens: list[int]) -> list[list[float]]:

@@ -45,7 +45,25 @@ class TrainerConfig(Section):
         "when it has one (cold start or `flywheel sft`), else the base model.",
     )
     micro_batch_tokens: int = Field(
-        2048, ge=1, description="Padded tokens per micro-batch; gradients accumulate over them."
+        2048,
+        ge=1,
+        description="Padded tokens per micro-batch; gradients accumulate over them. Short samples are "
+        "packed up to it, none is split: one longer than it trains alone.",
+    )
+    logits_chunk_tokens: int | None = Field(
+        2048,
+        ge=1,
+        description="A micro-batch whose logits would cover more rows x positions than this gets them "
+        "a chunk at a time (policy/chunked.py): the same loss, never a long sequence's whole "
+        "[positions, vocabulary] logits. At the default budget only samples longer than it are "
+        "chunked. Empty: never.",
+    )
+    gradient_checkpointing: bool | None = Field(
+        None,
+        description="Activation checkpointing of the decoder layers (backward runs each forward again: "
+        "about a third more compute, a layer's input kept instead of its activations). Empty: only "
+        "for micro-batches beyond micro_batch_tokens (a sample longer than the budget). true turns "
+        "share_prompt off (a prompt's key/value cache does not survive it).",
     )
     share_prompt: bool | None = Field(
         None,
@@ -87,6 +105,15 @@ class TrainerConfig(Section):
         description="Train LoRA adapters, not every weight (give a learning rate about 10x the full one); "
         "the engine gets them merged, the export holds both.",
     )
+
+    @model_validator(mode="after")
+    def _sharing_survives_checkpointing(self):
+        if self.share_prompt and self.gradient_checkpointing:
+            raise ValueError(
+                "share_prompt: true needs gradient_checkpointing off or empty (transformers drops the "
+                "prompt's key/value cache under checkpointing)"
+            )
+        return self
 
 
 class DistillConfig(Section):
