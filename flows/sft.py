@@ -92,12 +92,13 @@ def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, p
     domain's reference reply. The seed is apart from the sampler's, so these tasks are
     not the ones RL then draws (both are train split; the eval split is never touched).
     """
+    from flywheel.config.long_horizon import context_policy
     from flywheel.run.domains import build_domains
     from flywheel.tasks.multiturn import play_reference
     from flywheel.tasks.sample import sampled_levels
 
     domains = build_domains(config)
-    out = []
+    out: list[Demo] = []
     for name, levels in sampled_levels(domains, config.sampler).items():
         env = domains[name]
         for level in levels:
@@ -109,9 +110,13 @@ def demonstrations_from_references(config: FlywheelConfig, tokenizer, sandbox, p
                     ep = play_reference(
                         tokenizer, sandbox, task, env, messages,
                         max_tokens=config.engine.max_model_len, tool_format=config.generation.tool_format,
+                        context=context_policy(config.generation, env),
                     )  # fmt: skip
                     if ep.finish_reason == "submit" and ep.score is not None and ep.score.verdict == "pass":
-                        out.append((ep.prompt_token_ids, ep.completion_token_ids, ep.completion_logprobs))
+                        turns = ep.rollout().turns  # an edited history: turn by turn, the prompts as shown
+                        out += ([(t["prompt_token_ids"], t["completion_token_ids"], t["completion_logprobs"])
+                                 for t in turns] if turns else [(ep.prompt_token_ids, ep.completion_token_ids,
+                                                                 ep.completion_logprobs)])  # fmt: skip
                     continue
                 encoded = encode_demonstration(tokenizer, [*task.prompt, *messages])
                 if encoded is not None:

@@ -40,6 +40,7 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from flywheel.config.long_horizon import context_policy
 from flywheel.environments.toolkit.agentic import RewardWeights
 from flywheel.reports.progress import stage
 from flywheel.policy.chat import encode_chat
@@ -143,7 +144,7 @@ def play_episodes(
             max_turns=g.max_turns, max_tokens=ctx.config.engine.max_model_len,
             sampling=dataclasses.replace(spec, n=1), weights=weights, tool_format=g.tool_format,
             continuous=g.continuous_turns, on_episode=lambda ep: advance(1),
-            context=lambda env: g.context_domains.get(env.name, g.context).policy(env.context),
+            context=lambda env: context_policy(g, env),
             policy_version=ctx.policy_version, stage_budget=budget, carried=unfinished,
             episode_seconds=g.episode_seconds or None,
         )  # fmt: skip

@@ -437,10 +437,12 @@ class _Script:
 
 
 def play_reference(tokenizer, sandbox, task, env, messages: list[dict], *, max_tokens: int = 4096,
-                   weights: RewardWeights = DEFAULT_WEIGHTS, tool_format: str = "auto") -> Episode:  # fmt: skip
+                   weights: RewardWeights = DEFAULT_WEIGHTS, tool_format: str = "auto", context=None) -> Episode:  # fmt: skip
     """The episode of `env.reference(task)` (`messages`, one assistant message per turn),
     its tool calls executed in a real workspace and the result scored: an SFT
-    demonstration whose observation tokens are marked NaN, as in a policy episode."""
+    demonstration whose observation tokens are marked NaN, as in a policy episode.
+    `context`: as for `run_episodes` (the domain's own by default); where it edits the
+    history, the demonstrations are the turns as presented (`rollout().turns`)."""
     from flywheel.environments.toolkit.agentic import tool_call_text
 
     fmt = pick(tokenizer, tool_format)
@@ -448,4 +450,4 @@ def play_reference(tokenizer, sandbox, task, env, messages: list[dict], *, max_t
     spec = SamplingSpec(n=1, temperature=0.0, max_tokens=max(len(ids_of(tokenizer, r)) for r in replies) + 2)
     return run_episodes(_Script(tokenizer, replies), tokenizer, sandbox, [(task, env, 1)], max_turns=len(replies),
                         max_tokens=max_tokens, sampling=spec, max_live=1, weights=weights,
-                        tool_format=fmt.name)[0][0]  # fmt: skip
+                        tool_format=fmt.name, context=context)[0][0]  # fmt: skip

@@ -404,3 +404,17 @@ def test_wall_time_caps_an_episode_and_the_config_picks_each_domains_policy(box)
     assert FlywheelConfig().generation.context.policy(LH.context) == LH.context  # the domain's own by default
     with pytest.raises(ValueError, match="edits the history"):
         FlywheelConfig(generation={"context": {"mode": "window", "stepwise": "never"}})
+
+
+def test_sft_demonstrations_of_a_windowed_domain_are_its_turns(box):  # noqa: F811
+    from flywheel.config import FlywheelConfig
+    from flywheel.flows.sft import demonstrations_from_references
+
+    config = FlywheelConfig(sampler={"domains": ["longhorizon"], "levels": [2]}, engine={"max_model_len": 10**6})
+    demos = demonstrations_from_references(config, TOK, box, per_level=1)
+    assert len(demos) == 33  # 16 reads, 16 notes and submit: one demonstration per turn
+    assert all(len(p) < 4000 and all(lp == 0.0 for lp in lps) for p, _, lps in demos)  # windowed prompts
+    whole = FlywheelConfig(sampler={"domains": ["longhorizon"], "levels": [2]}, engine={"max_model_len": 10**6},
+                           generation={"context": {"mode": "none"}})  # fmt: skip
+    (demo,) = demonstrations_from_references(whole, TOK, box, per_level=1)  # the whole episode, as before
+    assert any(math.isnan(lp) for lp in demo[2])

@@ -58,6 +58,12 @@ class ContextConfig(Section):
                              summary_tokens=self.summary_tokens, stepwise=self.stepwise)  # fmt: skip
 
 
+def context_policy(generation, env) -> ContextPolicy:
+    """The context policy of domain `env` under `generation` (a GenerationConfig):
+    `context_domains` for it, else `context`, over the domain's own default."""
+    return generation.context_domains.get(env.name, generation.context).policy(env.context)
+
+
 class PartialConfig(Section):
     """Partial rollouts: the generate stage stops at a budget, and the episodes it did not
     finish continue in the next cycle under the new weights (tasks/carry.py)."""
