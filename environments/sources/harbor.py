@@ -185,7 +185,9 @@ def docker_note(image: str | None) -> str:
         return "docker does not answer"
     if b"Cannot connect" in probe.stderr:
         return "the docker daemon is not reachable"
-    return f"image {image} is present" if probe.returncode == 0 and image else "its image is not built here"
+    if probe.returncode == 0 and image:
+        return f"docker has image {image}, but tasks run in one shared sandbox image here"
+    return "docker answers, but the task's image is not built here"
 
 
 def read_task(d: Path) -> dict:
