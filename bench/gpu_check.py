@@ -160,7 +160,10 @@ def make_prompts(model_dir: str, count: int, length: int, seed: int) -> list[lis
             for i in range(count)
         ]  # fmt: skip
     rng = random.Random(seed)
-    return [[rng.randrange(256) for _ in range(length + rng.randint(-length // 5, length // 5))] for _ in range(count)]
+    return [
+        [rng.randrange(256) for _ in range(length + rng.randint(-length // 5, length // 5))]
+        for _ in range(count)
+    ]
 
 
 def make_engine(backend: str, model_dir: str, max_model_len: int):
@@ -168,7 +171,9 @@ def make_engine(backend: str, model_dir: str, max_model_len: int):
         from flywheel.config import EngineConfig
         from flywheel.policy.engines.vllm_engine import VLLMEngine
 
-        return VLLMEngine(model_dir, EngineConfig(dtype="bfloat16", max_model_len=max_model_len, gpu_memory_utilization=0.3))
+        return VLLMEngine(
+            model_dir, EngineConfig(dtype="bfloat16", max_model_len=max_model_len, gpu_memory_utilization=0.3)
+        )
     from flywheel.policy.engines.hf_engine import HFEngine
 
     return HFEngine(model_dir, SimpleNamespace(dtype="bfloat16"))
@@ -220,7 +225,9 @@ def run(args, work: Path) -> dict:
     from flywheel.policy.trainer import TrainSample
 
     cuda = torch.cuda.is_available() and not args.dry_run
-    device_name = torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()})"
+    device_name = (
+        torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()})"
+    )
     report: dict = {"device": device_name, "dry_run": args.dry_run, "torch": torch.__version__,
                     "transformers": transformers.__version__}  # fmt: skip
     t0 = time.perf_counter()
@@ -229,18 +236,26 @@ def run(args, work: Path) -> dict:
     else:
         shapes = TINY_SHAPES if args.dry_run else QWEN_05_SHAPES
         model_dir = random_model(work / "model", shapes)
-        report["model"] = "tiny random Qwen2" if args.dry_run else "random weights, Qwen2.5-Coder-0.5B's shapes"
+        report["model"] = (
+            "tiny random Qwen2" if args.dry_run else "random weights, Qwen2.5-Coder-0.5B's shapes"
+        )
     report["model_s"] = time.perf_counter() - t0
     prompts = make_prompts(model_dir, args.prompts, args.prompt_tokens, args.seed)
 
     backend, why = pick_engine(args.engine, args.dry_run)
     t0 = time.perf_counter()
     engine = make_engine(backend, model_dir, max(map(len, prompts)) + args.max_tokens + 8)
-    report["engine"], report["engine_why"], report["engine_load_s"] = engine.name, why, time.perf_counter() - t0
+    report["engine"], report["engine_why"], report["engine_load_s"] = (
+        engine.name,
+        why,
+        time.perf_counter() - t0,
+    )
     engine.generate(prompts[:1], SamplingSpec(n=1, max_tokens=4, seed=args.seed))  # warm-up
     synchronize()
     t0 = time.perf_counter()
-    groups = engine.generate(prompts, SamplingSpec(n=args.n, max_tokens=args.max_tokens, temperature=1.0, seed=args.seed))
+    groups = engine.generate(
+        prompts, SamplingSpec(n=args.n, max_tokens=args.max_tokens, temperature=1.0, seed=args.seed)
+    )
     synchronize()
     rollout_s = time.perf_counter() - t0
     generated = sum(len(s.token_ids) for g in groups for s in g)
@@ -248,7 +263,9 @@ def run(args, work: Path) -> dict:
                          "tokens": generated, "seconds": rollout_s, "tokens_per_s": generated / rollout_s}  # fmt: skip
 
     t0 = time.perf_counter()
-    trainer = PlainTrainer(model_dir, trainer_config(args.micro_batch_tokens), device="cuda" if cuda else "cpu")
+    trainer = PlainTrainer(
+        model_dir, trainer_config(args.micro_batch_tokens), device="cuda" if cuda else "cpu"
+    )
     report["trainer_load_s"] = time.perf_counter() - t0
     samples = [
         TrainSample(prompt, s.token_ids, s.logprobs, 1.0 if j % 2 else -1.0, engine_mismatch=True)
@@ -293,11 +310,17 @@ def run(args, work: Path) -> dict:
 def show(r: dict) -> None:
     ro, up, ws = r["rollout"], r["update"], r["weight_sync"]
     print(f"device: {r['device']} (torch {r['torch']}, transformers {r['transformers']})")
-    print(f"model: {r['model']} ({up['parameters'] / 1e6:.{0 if up['parameters'] > 1e8 else 2}f}M parameters), ready in {r['model_s']:.1f} s")
+    print(
+        f"model: {r['model']} ({up['parameters'] / 1e6:.{0 if up['parameters'] > 1e8 else 2}f}M parameters), ready in {r['model_s']:.1f} s"
+    )
     print(f"engine: {r['engine']} ({r['engine_why']}), loaded in {r['engine_load_s']:.1f} s")
     print(f"rollout: {ro['prompts']} prompts x {ro['n']} samples x <= {ro['max_tokens']} tokens: "
           f"{ro['tokens']} tokens in {ro['seconds']:.1f} s = {ro['tokens_per_s']:.0f} tok/s")  # fmt: skip
-    mfu = f"MFU {100 * up['mfu']:.1f}% of {up['peak_tflops']:.0f}" if up["mfu"] is not None else "MFU n/a (no peak known)"
+    mfu = (
+        f"MFU {100 * up['mfu']:.1f}% of {up['peak_tflops']:.0f}"
+        if up["mfu"] is not None
+        else "MFU n/a (no peak known)"
+    )
     print(f"update (plain torch, bf16 autocast): {up['tokens']} tokens in {up['micro_batches']} micro-batches, "
           f"{up['step_s']:.2f} s/step (median of {up['steps_timed']}), {up['tflops']:.2f} TFLOP/s, {mfu}")  # fmt: skip
     if "peak_memory_gib" in up:

@@ -103,7 +103,9 @@ def main() -> None:
         gen_s = time.perf_counter() - t0
         stats = stage.generation_stats(rollouts)
         rows = [trajectory_record(ctx, r, r.episode_score) for r in rollouts]
-        samples, _ = build_batch(to_table(rows, TRAJECTORY_SCHEMA), drop_zero_variance=False, trainer_version=0)
+        samples, _ = build_batch(
+            to_table(rows, TRAJECTORY_SCHEMA), drop_zero_variance=False, trainer_version=0
+        )
         t0 = time.perf_counter()
         trainer.step(samples)
         upd_s = time.perf_counter() - t0

@@ -79,7 +79,9 @@ def draw(path: Path = OUT) -> Path:
                                      lw=1, shrinkA=3, shrinkB=3))  # fmt: skip
     ax.add_patch(FancyBboxPatch((-0.5, -0.3), 1.0, 0.6, boxstyle="round,pad=0.03", fc=lake, ec=ink, lw=1))
     ax.text(0, 0.1, "the lake", ha="center", va="center", fontsize=12, weight="bold", color=ink)
-    ax.text(0, -0.1, "tasks, trajectories,\npolicy versions", ha="center", va="center", fontsize=7.5, color=ink)
+    ax.text(
+        0, -0.1, "tasks, trajectories,\npolicy versions", ha="center", va="center", fontsize=7.5, color=ink
+    )
 
     # The layers: imports point only down this stack (tests/test_layers.py).
     ax = fig.add_axes((0.48, 0.0, 0.52, 1.0))
@@ -88,7 +90,9 @@ def draw(path: Path = OUT) -> Path:
     ax.set_title("the layers: imports point only down", fontsize=13, color=ink)
     for i, (rooms, comment) in enumerate(stack):
         y = len(stack) - i
-        ax.add_patch(FancyBboxPatch((0.02, y - 0.4), 0.96, 0.8, boxstyle="round,pad=0.01", fc=soft, ec=ink, lw=0.8))
+        ax.add_patch(
+            FancyBboxPatch((0.02, y - 0.4), 0.96, 0.8, boxstyle="round,pad=0.01", fc=soft, ec=ink, lw=0.8)
+        )
         ax.text(0.05, y + 0.12, ",  ".join(f"{r}/" for r in rooms), ha="left", va="center", fontsize=10.5,
                 weight="bold", color=ink, family="DejaVu Sans Mono")  # fmt: skip
         ax.text(0.05, y - 0.18, comment, ha="left", va="center", fontsize=7.5, color=ink)

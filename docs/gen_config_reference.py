@@ -50,7 +50,11 @@ class Section:
 
 
 def _args(annotation) -> tuple:
-    return typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    return (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else ()
+    )
 
 
 def _is_optional(annotation) -> bool:
@@ -201,7 +205,10 @@ def markdown() -> str:
         if about:
             out += [prose(about), ""]
         if section.how == "[]":
-            out += [f"A list: each item is a mapping with the keys below (`{section.path}` in the table).", ""]
+            out += [
+                f"A list: each item is a mapping with the keys below (`{section.path}` in the table).",
+                "",
+            ]
         elif section.how == ".<name>":
             out += ["A mapping from a name you choose to a mapping with the keys below.", ""]
         elif section.optional:
@@ -216,7 +223,9 @@ def markdown() -> str:
             bounds = _bounds(key.info)
             kind = _type(key.info.annotation) + (f" ({bounds})" if bounds else "")
             name = f'<a id="{anchor(key.path)}"></a>`{key.path}`'
-            out.append(f"| {name} | {_cell(kind)} | {_cell(_default(key.info))} | {prose(description(key, found))} |")
+            out.append(
+                f"| {name} | {_cell(kind)} | {_cell(_default(key.info))} | {prose(description(key, found))} |"
+            )
         out.append("")
     return "\n".join(out)
 

@@ -17,7 +17,9 @@ from flywheel.storage.policies import PolicyStore
 
 
 @flow(name="deploy")
-def deploy(run_id: str, to: list[str], version: str = "best", config: FlywheelConfig = FlywheelConfig()) -> dict:
+def deploy(
+    run_id: str, to: list[str], version: str = "best", config: FlywheelConfig = FlywheelConfig()
+) -> dict:
     """Push policy `version` ("best", "current" or a number) of `run_id` to the servers
     `to` (URLs of `flywheel engine serve`), through the evaluation gate."""
     log = get_run_logger()

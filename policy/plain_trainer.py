@@ -58,7 +58,9 @@ class PlainTrainer(GRPOTrainer):
     """GRPOTrainer's step, export and logprobs on PlainEngine, on `device` (default: the GPU
     when one is visible)."""
 
-    def __init__(self, model_dir: str, cfg, reference_dir: str | None = None, distill=None, device: str | None = None):
+    def __init__(
+        self, model_dir: str, cfg, reference_dir: str | None = None, distill=None, device: str | None = None
+    ):
         from transformers import AutoModelForCausalLM
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")

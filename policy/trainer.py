@@ -26,9 +26,8 @@ stage), and the loss gets the reverse-KL term of policy/grpo.py, alone (the samp
 advantages zeroed) or added to GRPO's with `distill.weight`. Without it the loss is GRPO's,
 unchanged.
 
-Long sequences (policy/chunked.py): logits beyond `logits_chunk_tokens` are made a chunk at a
-time; a sample longer than the budget trains alone under activation checkpointing. Each step
-reports its peak memory (`peak_rss_gib`, policy/memory.py).
+Long sequences (policy/chunked.py, policy/memory.py): logits beyond `logits_chunk_tokens` come a
+chunk at a time; a sample longer than the budget trains alone, checkpointed. `peak_rss_gib`: the step's.
 
 Precision (`cfg.bf16`, `uses_bf16`): bf16 is DeepSpeed's `torch_autocast` section, not its
 `bf16` one. Under autocast the parameters stay float32 and are the master weights: ZeRO-3
@@ -67,7 +66,7 @@ from flywheel.policy.grpo import (
 )
 from flywheel.policy.chunked import micro_batch_logprobs, set_checkpointing
 from flywheel.policy.logprobs import pad_batch, token_logprobs
-from flywheel.policy.memory import PeakMemory
+from flywheel.policy.memory import PeakMemory, return_freed_memory
 
 GPU_MIN_SHARED_PROMPT = 1024  # tokens; bench/share_prompt.py on an H200 (bench/README.md)
 WEIGHT_FILES = (".safetensors", ".bin", "model.safetensors.index.json")
@@ -278,6 +277,7 @@ class GRPOTrainer:
             long = not batch.shared_prompt and batch.tokens()[1] > cfg.micro_batch_tokens
             checkpointed = cfg.gradient_checkpointing
             set_checkpointing(self.engine, long if checkpointed is None else checkpointed)
+            return_freed_memory(long and self.device == "cpu")
             # DeepSpeed averages gradients over ranks; we want the sum
             scale = float(world) if batch.counts else 0.0
             chunk = batch.samples
@@ -325,6 +325,7 @@ class GRPOTrainer:
                 r, p = batch.tokens()
                 real, padded = real + r, padded + p
             stats_seen.append(stats)
+        return_freed_memory(False)
         self.engine.step()
         self.steps += 1
         metrics = {

@@ -92,7 +92,9 @@ def agent_source(cfg) -> dict[str, str]:
     roots = [cfg.path] if cfg.path else [os.getcwd(), *[p for p in sys.path if p]]
     for root in map(Path, roots):
         if (root / top / "__init__.py").is_file():
-            paths = [p for p in sorted((root / top).rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+            paths = [
+                p for p in sorted((root / top).rglob("*")) if p.is_file() and "__pycache__" not in p.parts
+            ]
             break
         if (root / f"{top}.py").is_file():
             paths = [root / f"{top}.py"]
@@ -104,7 +106,9 @@ def agent_source(cfg) -> dict[str, str]:
     for path in paths:
         size += path.stat().st_size
         if size > cfg.max_source_bytes:
-            raise AgentError(f"agent {top!r} is over agent.max_source_bytes ({cfg.max_source_bytes}) of source")
+            raise AgentError(
+                f"agent {top!r} is over agent.max_source_bytes ({cfg.max_source_bytes}) of source"
+            )
         try:
             files[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
@@ -127,7 +131,9 @@ def agent_rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec]) -> li
         return []
     episodes = sorted({t.domain for t in tasks if parts.domains[t.domain].kind == "episode"})
     if episodes:
-        raise AgentError(f"agent mode plays single-turn domains; these are episode domains: {', '.join(episodes)}")
+        raise AgentError(
+            f"agent mode plays single-turn domains; these are episode domains: {', '.join(episodes)}"
+        )
     if config.sandbox.backend == "docker":
         raise AgentError("agent mode needs the bwrap sandbox (or process, unsafe): docker binds no socket")
     source = {f"{SOURCE_DIR}/{k}": v for k, v in agent_source(cfg).items()}
@@ -174,7 +180,9 @@ def play(box, sock: str, entry: str, source: dict, run: AgentRun) -> None:
         res = ws.run(code=HARNESS, stdin=json.dumps(spec))
         run.exit_code, run.timed_out, run.seconds = res.exit_code, res.timed_out, res.duration_s
         if res.error or res.timed_out or res.exit_code != 0:
-            why = res.error or (f"exit {res.exit_code}" if not res.timed_out else "the time limit (agent.timeout_s)")
+            why = res.error or (
+                f"exit {res.exit_code}" if not res.timed_out else "the time limit (agent.timeout_s)"
+            )
             run.failure = f"{why}: {res.stderr[-TAIL:]}".strip()
             return
         try:

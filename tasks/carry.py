@@ -97,7 +97,9 @@ def settle(group: list[Episode], cycle: int, run_id: str, weights=DEFAULT_WEIGHT
     return [parked_rollout(ep, cycle, run_id) for ep in group]
 
 
-def resume(rows: list[dict], domains, version: int, max_lag: int) -> tuple[list[list[Episode]], list[TaskSpec]]:
+def resume(
+    rows: list[dict], domains, version: int, max_lag: int
+) -> tuple[list[list[Episode]], list[TaskSpec]]:
     """The carried groups of `rows` (storage/carried.py) to continue at policy `version`,
     and the tasks of those too stale to (oldest token more than `max_lag` versions back)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)

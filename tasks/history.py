@@ -210,7 +210,9 @@ class Live:
             return False
         at, head = self.policy.summarise_at or max_tokens * 3 // 4, self.span()[0]
         tail = self.length(extra) - len(self.history.heads[head])  # what a summary would replace
-        return self.length(extra) + self.policy.summary_tokens >= at and tail >= 2 * self.policy.summary_tokens
+        return (
+            self.length(extra) + self.policy.summary_tokens >= at and tail >= 2 * self.policy.summary_tokens
+        )
 
     def install_summary(self, text: str) -> None:
         """The summary just sampled becomes the head; the transcript notes the replacement."""

@@ -54,7 +54,12 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
-from flywheel.environments.toolkit.agentic import DEFAULT_WEIGHTS, EpisodeBudget, MultiTurnEnvironment, RewardWeights
+from flywheel.environments.toolkit.agentic import (
+    DEFAULT_WEIGHTS,
+    EpisodeBudget,
+    MultiTurnEnvironment,
+    RewardWeights,
+)
 from flywheel.environments.toolkit.context import ContextPolicy
 from flywheel.environments.base import Score
 from flywheel.environments.sandbox import Limits
@@ -64,7 +69,16 @@ from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines.base import Sample, SamplingSpec
 from flywheel.policy.engines.requests import open_requests
 from flywheel.storage.schema import TaskSpec, stable_id
-from flywheel.tasks.history import SUMMARY_REQUEST, History, Live, cut_tokens, has_tool_role, ids_of, opening, turn_records
+from flywheel.tasks.history import (
+    SUMMARY_REQUEST,
+    History,
+    Live,
+    cut_tokens,
+    has_tool_role,
+    ids_of,
+    opening,
+    turn_records,
+)
 from flywheel.tasks.parking import StageBudget, capture, restore
 
 
@@ -89,7 +103,9 @@ class Episode:
     tools: list[dict] | None = None  # handed to the chat template (None: it cannot take them)
     seconds: float = 0.0  # from asking for a workspace to scored (or parked), over every stage it ran in
     user_turn: int = 0  # the user's turn in play (domains with `user_turns`: BFCL)
-    history: History = field(default_factory=lambda: History(-1, []))  # what the engine got (tasks/history.py)
+    history: History = field(
+        default_factory=lambda: History(-1, [])
+    )  # what the engine got (tasks/history.py)
     context: ContextPolicy = ContextPolicy()
     parked: bool = False  # unfinished at the end of a stage's budget (tasks/parking.py)
     workspace_tree: str | None = None  # a parked episode's files
@@ -107,7 +123,12 @@ class Episode:
         return self.context.stepwise_for(self.history.edited)
 
     def timings(self) -> dict:
-        return {"episode_s": self.seconds, "engine_s": self.engine_s, "sampled_tokens": self.sampled, **self.stage}
+        return {
+            "episode_s": self.seconds,
+            "engine_s": self.engine_s,
+            "sampled_tokens": self.sampled,
+            **self.stage,
+        }
 
     def rollout(self, weights: RewardWeights = DEFAULT_WEIGHTS):
         """This scored episode as a `flywheel.tasks.records.Rollout` (with its turns when it
@@ -267,7 +288,10 @@ class _Play:
                 if tree.startswith("["):  # the captured tree (a JSON list), else why it failed
                     lv.ep.workspace_tree, lv.ep.parked = tree, True
                 else:
-                    lv.ep.finish_reason, lv.ep.score = "error", Score(0.0, "error", error=f"parking failed: {tree}")
+                    lv.ep.finish_reason, lv.ep.score = (
+                        "error",
+                        Score(0.0, "error", error=f"parking failed: {tree}"),
+                    )
                     self.on_episode(lv.ep)
             else:
                 lv = self.ending.pop(f)
@@ -370,7 +394,11 @@ class _Play:
 
 
 def _result(text: str, tool_role: bool) -> dict:
-    return {"role": "tool", "content": text} if tool_role else {"role": "user", "content": "Tool result:\n" + text}
+    return (
+        {"role": "tool", "content": text}
+        if tool_role
+        else {"role": "user", "content": "Tool result:\n" + text}
+    )
 
 
 def _out_of_budget(lv: Live, max_turns: int, max_tokens: int, budget: EpisodeBudget | None = None,

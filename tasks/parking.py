@@ -47,7 +47,9 @@ def capture(ws) -> str:
     """The workspace's files as a tree (text); RuntimeError when it cannot be read whole."""
     res = ws.run(["python", "-I", "-c", CAPTURE], limits=Limits(wall_s=60, output_bytes=TEMPLATE_MAX))
     if res.error or res.exit_code != 0 or res.truncated:
-        raise RuntimeError(f"workspace capture failed: {res.error or res.stderr[-300:] or 'output too large'}")
+        raise RuntimeError(
+            f"workspace capture failed: {res.error or res.stderr[-300:] or 'output too large'}"
+        )
     return res.stdout
 
 

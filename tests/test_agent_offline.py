@@ -26,7 +26,7 @@ from flywheel.tasks.score import score
 
 pytestmark = pytest.mark.skipif(check_available() is not None, reason="bubblewrap cannot run here")
 
-TOOL_AGENT = '''
+TOOL_AGENT = """
 import openai
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {
@@ -46,9 +46,9 @@ def run(task, base_url):
         if not reply.tool_calls:
             messages.append({"role": "user", "content": "Check it, then answer again."})
     return {"answer": received[-1], "reward": 0.25, "received": received}
-'''
+"""
 
-PROBING_AGENT = '''
+PROBING_AGENT = """
 import os, socket
 import openai
 
@@ -76,7 +76,7 @@ def run(task):
     except openai.RateLimitError as exc:
         out["second"] = exc.code
     return out
-'''
+"""
 
 
 def write_tasks(path):
@@ -101,7 +101,9 @@ def tasks_of(rt, domain):
     return rt.domains[domain].make_tasks("train", 1, 0, 10) + rt.domains[domain].make_tasks("eval", 1, 0, 10)
 
 
-def test_an_sdk_agent_plays_the_generate_stage_and_its_sessions_are_the_rollouts(tmp_path, tiny_model, monkeypatch):
+def test_an_sdk_agent_plays_the_generate_stage_and_its_sessions_are_the_rollouts(
+    tmp_path, tiny_model, monkeypatch
+):
     agent_dir = tmp_path / "agents"
     agent_dir.mkdir()
     (agent_dir / "tool_agent.py").write_text(TOOL_AGENT)
@@ -118,7 +120,9 @@ def test_an_sdk_agent_plays_the_generate_stage_and_its_sessions_are_the_rollouts
         again = generate.fn(rt, ctx, tasks)
     finally:
         rt.close()
-    assert [(r.task.task_id, r.sample_index) for r in rollouts] == [(t.task_id, i) for t in tasks for i in range(2)]
+    assert [(r.task.task_id, r.sample_index) for r in rollouts] == [
+        (t.task_id, i) for t in tasks for i in range(2)
+    ]
     assert [(a.completion_token_ids, a.episode_score, a.timings) for a in again] == [
         (r.completion_token_ids, r.episode_score, r.timings) for r in rollouts
     ]
@@ -133,10 +137,14 @@ def test_an_sdk_agent_plays_the_generate_stage_and_its_sessions_are_the_rollouts
         for row in rows:
             assert tok.decode(row["completion_token_ids"], skip_special_tokens=True) == row["completion_text"]
         assert rows[1]["parent_call"] == 0 and rows[1]["continued"]  # one chain: the rollout
-        ids_sampled = [t for t, lp in zip(r.completion_token_ids, r.completion_logprobs) if not math.isnan(lp)]
+        ids_sampled = [
+            t for t, lp in zip(r.completion_token_ids, r.completion_logprobs) if not math.isnan(lp)
+        ]
         assert tok.decode(ids_sampled, skip_special_tokens=True) == "".join(received)
         assert r.num_turns == 2 and r.prompt_token_ids == rows[0]["prompt_token_ids"]
-        assert tok.decode(r.completion_token_ids).count("Check it, then answer again.") == 1  # the agent's own turn
+        assert (
+            tok.decode(r.completion_token_ids).count("Check it, then answer again.") == 1
+        )  # the agent's own turn
         [traj] = session_trajectories(store.sessions([sid]))
         assert traj["completion_token_ids"] == r.completion_token_ids
     by_task = {}
@@ -203,8 +211,11 @@ def test_the_agents_source_is_found_without_importing_it(tmp_path):
     with pytest.raises(ValueError, match="module:function"):
         AgentConfig(entry="not an entry")
     with pytest.raises(AgentError, match="max_source_bytes"):
-        agent_source(AgentConfig(entry="pkg.loop:run", path=str(tmp_path), max_source_bytes=1024).model_copy(
-            update={"max_source_bytes": 10}))
+        agent_source(
+            AgentConfig(entry="pkg.loop:run", path=str(tmp_path), max_source_bytes=1024).model_copy(
+                update={"max_source_bytes": 10}
+            )
+        )
 
 
 def test_the_forwarder_sets_the_runs_session_on_every_request(tmp_path):

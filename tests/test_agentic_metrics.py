@@ -28,7 +28,13 @@ NAN = float("nan")
 
 def step(call, exit_code=0) -> dict:
     action = call.to_json() if not isinstance(call, str) else call
-    return {"action": action, "observation": "", "exit_code": exit_code, "duration_s": 0.1, "truncated": False}
+    return {
+        "action": action,
+        "observation": "",
+        "exit_code": exit_code,
+        "duration_s": 0.1,
+        "truncated": False,
+    }
 
 
 OK = ToolCall("run_shell", {"command": "ls"})
@@ -58,8 +64,15 @@ def episode(task: str, i: int, *, verdict="fail", finish="submit", steps=(), wal
 # one episode per failure, and two passes; the expected failure is the task id's prefix
 CASES = [
     episode("pass-a", 0, verdict="pass", steps=[step(OK), step(SUBMIT)], wall=1.0, sampled=10, accuracy=1.0),
-    episode("pass-b", 0, verdict="pass", steps=[step(OK), step(OK), step(OK), step(SUBMIT)], wall=3.0, sampled=20,
-            accuracy=0.5),  # fmt: skip
+    episode(
+        "pass-b",
+        0,
+        verdict="pass",
+        steps=[step(OK), step(OK), step(OK), step(SUBMIT)],
+        wall=3.0,
+        sampled=20,
+        accuracy=0.5,
+    ),  # fmt: skip
     episode("tests_failed", 0, steps=[step(OK), step(SUBMIT)]),
     episode("out_of_turns", 0, finish="max_turns", steps=[step(OK), step(OK), step(NO_CALL)]),
     episode("out_of_tokens", 0, finish="max_tokens", steps=[step(OK)]),
@@ -80,7 +93,9 @@ def test_failures_kinds_and_cells_over_a_committed_cycle(tmp_path):
     con = connect(lake, "r")
     got = dict(con.execute("SELECT task_id, failure FROM agentic_episodes").fetchall())
     assert "single" not in got  # a single-turn row is no episode
-    assert got == {t.task_id: (None if t.task_id.startswith("pass") else t.task_id.split("-")[0]) for t in CASES}
+    assert got == {
+        t.task_id: (None if t.task_id.startswith("pass") else t.task_id.split("-")[0]) for t in CASES
+    }
     kinds = con.execute(
         "SELECT calls, parsed, named, valid, no_call FROM agentic_episodes WHERE task_id = 'invalid_calls'"
     ).fetchone()
@@ -94,7 +109,9 @@ def test_failures_kinds_and_cells_over_a_committed_cycle(tmp_path):
     calls = sum(len(t.steps) for t in CASES)
     valid = calls - 3  # two no-calls, one unknown tool
     assert cell.calls == calls and cell.call_valid == pytest.approx(valid / calls)
-    assert cell.call_parses == pytest.approx((calls - 2) / calls) and cell.call_names_tool == pytest.approx(valid / calls)
+    assert cell.call_parses == pytest.approx((calls - 2) / calls) and cell.call_names_tool == pytest.approx(
+        valid / calls
+    )
     assert cell.call_accuracy == pytest.approx(0.75)  # only where the source keeps expected calls
     assert cell.wall_s_per_episode == pytest.approx((1 + 3 + 2 * 8) / 10)
     assert {f: int(cell[f]) for f in agentic.FAILURES} == {
@@ -115,13 +132,19 @@ def test_old_lake_files_read_and_count(tmp_path):
     from flywheel.storage.schema import TASK_SCHEMA
 
     task_table = to_table(tasks, TASK_SCHEMA)
-    task_table = task_table.set_column(task_table.schema.get_field_index("cycle"), "cycle", pa.array([0, 0], pa.int32()))
+    task_table = task_table.set_column(
+        task_table.schema.get_field_index("cycle"), "cycle", pa.array([0, 0], pa.int32())
+    )
     write_v1_cycle(lake, "r", 0, task_table, to_table(old, TRAJECTORY_SCHEMA))
     new = [episode("new", 0, cycle=1, verdict="pass", steps=[step(SUBMIT)], accuracy=0.5)]
     lake.commit_cycle("r", 1, [TaskSpec("new", "repair", 1, "train", [], "{}", "{}", 0, "t")], new)
-    rows = connect(lake, "r").execute(
-        "SELECT cycle, episodes, completed, call_accuracy, out_of_turns FROM agentic_cells ORDER BY cycle"
-    ).fetchall()
+    rows = (
+        connect(lake, "r")
+        .execute(
+            "SELECT cycle, episodes, completed, call_accuracy, out_of_turns FROM agentic_cells ORDER BY cycle"
+        )
+        .fetchall()
+    )
     assert rows == [(0, 2, 1, None, 1), (1, 1, 1, 0.5, 0)]
 
 
@@ -140,7 +163,9 @@ def pass_k_of(groups: dict[str, tuple[int, int]]) -> dict[int, tuple[float, floa
     table = to_table(rows, TRAJECTORY_SCHEMA)
     con.register("evaluations", table.append_column("mode", pa.array(["sampled"] * table.num_rows)))
     agentic.define(con, "evaluations", ["policy_version", "mode", "domain", "level"])
-    return {k: (a, h) for k, a, h in con.execute("SELECT k, pass_at_k, pass_hat_k FROM agentic_pass_k").fetchall()}
+    return {
+        k: (a, h) for k, a, h in con.execute("SELECT k, pass_at_k, pass_hat_k FROM agentic_pass_k").fetchall()
+    }
 
 
 def test_pass_at_k_and_pass_hat_k_estimators():
@@ -179,7 +204,9 @@ def test_call_kinds_follow_the_parser_reasons():
         actions[call.to_json()] = kind
     actions[NO_CALL.to_json()] = "no_call"
     actions["verify"] = None  # the single-turn verify step is no call
-    actions[json.dumps({"invalid": "anything", "kind": "unknown_tool"})] = "unknown_tool"  # a writer's own kind wins
+    actions[json.dumps({"invalid": "anything", "kind": "unknown_tool"})] = (
+        "unknown_tool"  # a writer's own kind wins
+    )
     con = duckdb.connect()
     con.execute(agentic.MACROS)
     for action, kind in actions.items():
@@ -194,7 +221,9 @@ def test_sequence_accuracy_by_hand():
     assert sequence_accuracy(ref + [c("submit")], ref) == 1.0  # submit is not counted
     assert sequence_accuracy(ref[:2], ref) == pytest.approx(2 / 3)  # one missing
     assert sequence_accuracy([*ref, c("ls")], ref) == pytest.approx(3 / 4)  # one extra
-    assert sequence_accuracy([ref[0], c("mv", src="a", dst="c"), ref[1]], ref) == pytest.approx(2 / 3)  # one wrong
+    assert sequence_accuracy([ref[0], c("mv", src="a", dst="c"), ref[1]], ref) == pytest.approx(
+        2 / 3
+    )  # one wrong
     assert sequence_accuracy(list(reversed(ref)), ref) == pytest.approx(1 / 3)  # order matters
     assert sequence_accuracy([c("f", x=1)], [c("f", x=1.0)]) == 1.0 and sequence_accuracy([], []) == 1.0
     assert sequence_accuracy([], ref) == 0.0
@@ -213,7 +242,10 @@ def test_expected_calls_become_the_accuracy_component():
 
     class Expecting(type(repair)):
         def expected_calls(self, task):
-            return [{"name": "run_shell", "arguments": {"command": "ls"}}, {"name": "run_tests", "arguments": {}}]
+            return [
+                {"name": "run_shell", "arguments": {"command": "ls"}},
+                {"name": "run_tests", "arguments": {}},
+            ]
 
     steps = [step(OK), step(NO_CALL), step(SUBMIT)]
     r = Rollout(task, 0, [], [], [], [], "submit", {}, steps=steps, episode_score=Score(0.5, "fail"))
@@ -233,9 +265,16 @@ def test_the_report_rows_put_intervals_and_ks_on_the_views(tmp_path):
     lake.write_evaluation("r", 0, "sampled", sampled)
     rows = {r["mode"]: r for r in evaluation_rows(evals.connect(lake, "r"), 0)}
     greedy, many = rows["greedy"], rows["sampled"]
-    assert (greedy["completion"], greedy["ci_low"], greedy["ci_high"]) == (0.2, *(round(x, 4) for x in wilson(2, 10)))
+    assert (greedy["completion"], greedy["ci_low"], greedy["ci_high"]) == (
+        0.2,
+        *(round(x, 4) for x in wilson(2, 10)),
+    )
     assert greedy["pass@1"] == greedy["pass^1"] == 0.2 and greedy["pass@4"] is None  # n = 1
-    assert (many["pass@1"], many["pass@2"], many["pass@4"]) == (0.4167, 0.5, 0.6667)  # (1 + 1/4 + 0)/3, (1 + 1/2 + 0)/3, (1 + 1 + 0)/3
+    assert (many["pass@1"], many["pass@2"], many["pass@4"]) == (
+        0.4167,
+        0.5,
+        0.6667,
+    )  # (1 + 1/4 + 0)/3, (1 + 1/2 + 0)/3, (1 + 1 + 0)/3
     assert (many["pass^2"], many["pass^4"]) == (0.3333, 0.3333)
     assert greedy["sandbox_error"] == 2 and many["tests_failed"] == 7
     values = tracker_values([greedy, many])
@@ -270,9 +309,16 @@ def test_a_real_evaluation_of_repair_shows_the_agentic_metrics(tiny_model, tmp_p
     greedy, sampled = rows["greedy"], rows["sampled"]
     assert (greedy["episodes"], greedy["tasks"], sampled["episodes"], sampled["tasks"]) == (2, 2, 4, 2)
     for r in rows.values():
-        assert r["domain"] == "repair" and r["level"] == 1 and 0 <= r["ci_low"] <= r["completion"] <= r["ci_high"]
+        assert (
+            r["domain"] == "repair"
+            and r["level"] == 1
+            and 0 <= r["ci_low"] <= r["completion"] <= r["ci_high"]
+        )
         assert sum(r[f] for f in agentic.FAILURES) == r["episodes"] - r["completed"]
-        assert r["wall_s_per_episode"] > 0 and 0 <= r["call_valid"] <= r["call_names_tool"] <= r["call_parses"] <= 1
+        assert (
+            r["wall_s_per_episode"] > 0
+            and 0 <= r["call_valid"] <= r["call_names_tool"] <= r["call_parses"] <= 1
+        )
         assert r["call_accuracy"] is None  # repair keeps no expected calls
     assert sampled["pass@1"] is not None and sampled["pass@2"] >= sampled["pass@1"] >= sampled["pass^2"]
     frame = result.agentic_frame()
@@ -294,7 +340,9 @@ def test_a_real_evaluation_of_repair_shows_the_agentic_metrics(tiny_model, tmp_p
     assert logged["eval/agentic/sampled/repair/l1/pass_hat_2"] == pytest.approx(sampled["pass^2"])
     assert "eval/agentic/greedy/repair/l1/completion" in logged
 
-    out = CliRunner().invoke(app, ["report", "--run-id", "agentic", "--runs-dir", cfg.runs_dir], terminal_width=250)
+    out = CliRunner().invoke(
+        app, ["report", "--run-id", "agentic", "--runs-dir", cfg.runs_dir], terminal_width=250
+    )
     assert out.exit_code == 0, out.output
     assert "Agentic metrics of the evaluations" in out.output and "pass^2" in out.output
 
@@ -321,8 +369,13 @@ def test_failed_episodes_are_replayed_with_their_workspace(tmp_path, box):  # no
     failed = []
     for task in tasks:  # an episode that looks around and gives up
         env = envs[task.domain]
-        calls = [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": f}]}
-                 for f in ({"name": "run_shell", "arguments": {"command": "ls"}}, {"name": "submit", "arguments": {}})]
+        calls = [
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": f}]}
+            for f in (
+                {"name": "run_shell", "arguments": {"command": "ls"}},
+                {"name": "submit", "arguments": {}},
+            )
+        ]
         ep = play_reference(tok, box, task, env, calls)
         assert ep.score.verdict == "fail" and 0 < ep.score.reward < 1
         t = episode(task.task_id, 0, steps=ep.steps, domain=task.domain)
@@ -335,7 +388,10 @@ def test_failed_episodes_are_replayed_with_their_workspace(tmp_path, box):  # no
         assert (spec.origin, spec.replay_count, spec.origin_cycle) == ("replay", 1, 0)
         env = envs[spec.domain]
         original = next(t for t in tasks if t.task_id == spec.task_id)
-        assert env.setup_files(spec) == env.setup_files(original) and spec.verifier_json == original.verifier_json
+        assert (
+            env.setup_files(spec) == env.setup_files(original)
+            and spec.verifier_json == original.verifier_json
+        )
         ep = play_reference(tok, box, spec, env, env.reference(spec))
         assert ep.score.verdict == "pass", (spec.domain, ep.score)
 
@@ -399,7 +455,10 @@ def test_agent_sessions_become_workspace_tasks_and_their_failures_replay(tmp_pat
     tok = CharChatTokenizer()
     write = {"name": "run_shell", "arguments": {"command": "echo hello > out0.txt"}}  # the template's bash
     played = {}
-    for name, calls in {"gives up": [{"name": "submit", "arguments": {}}], "solves": [write, {"name": "submit"}]}.items():
+    for name, calls in {
+        "gives up": [{"name": "submit", "arguments": {}}],
+        "solves": [write, {"name": "submit"}],
+    }.items():
         messages = [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": c}]}
                     for c in calls]  # fmt: skip
         played[name] = play_reference(tok, box, task, env, messages).score.verdict

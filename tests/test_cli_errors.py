@@ -58,11 +58,26 @@ def test_yaml_error_in_config_file(tmp_path):
 
 
 def test_yaml_error_in_set(tmp_path):
-    said(invoke("show-config", "--set", "cycles=[1"), 2, "--set cycles=[1: the value is not valid YAML", "quote")
+    said(
+        invoke("show-config", "--set", "cycles=[1"),
+        2,
+        "--set cycles=[1: the value is not valid YAML",
+        "quote",
+    )
     said(invoke("run", "--set", "cycles=[1", "--set", f"runs_dir={tmp_path}"), 2, "--set cycles=[1")
     said(invoke("show-config", "--set", "cycles"), 2, "is not key=value")
-    said(invoke("show-config", "--set", "cycles=abc"), 2, "cycles: Input should be a valid integer", "(got 'abc')")
-    said(invoke("show-config", "--set", "trainer.learnig_rate=1"), 2, "unknown key 'learnig_rate'", "--describe")
+    said(
+        invoke("show-config", "--set", "cycles=abc"),
+        2,
+        "cycles: Input should be a valid integer",
+        "(got 'abc')",
+    )
+    said(
+        invoke("show-config", "--set", "trainer.learnig_rate=1"),
+        2,
+        "unknown key 'learnig_rate'",
+        "--describe",
+    )
 
 
 def test_config_naming_a_directory_or_nothing(tmp_path):
@@ -91,7 +106,12 @@ def test_a_run_that_does_not_exist_is_an_error_and_nothing_is_made(tmp_path, com
 
 
 def test_a_store_without_the_run_names_the_runs_it_has(lake):
-    said(invoke("query", "SELECT 1", "--run-id", "nope", "--store", lake), 2, "holds no run nope", "runs there: r")
+    said(
+        invoke("query", "SELECT 1", "--run-id", "nope", "--store", lake),
+        2,
+        "holds no run nope",
+        "runs there: r",
+    )
     said(invoke("compare", "--run-id", "nope", "--store", lake), 2, "holds no run nope")
 
 
@@ -112,7 +132,12 @@ def test_compare_with_a_version_that_is_no_version(lake):
 def test_ingest_of_a_file_it_cannot_read_makes_no_lake(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("some notes\n")
-    said(invoke("ingest", notes, "--store", tmp_path / "lake"), 2, f"not a log file ingest reads: {notes}", ".jsonl")
+    said(
+        invoke("ingest", notes, "--store", tmp_path / "lake"),
+        2,
+        f"not a log file ingest reads: {notes}",
+        ".jsonl",
+    )
     assert not (tmp_path / "lake").exists()
 
 
@@ -123,7 +148,11 @@ def test_s3_not_answering_in_report_and_ingest(tmp_path):
          f"cannot reach the S3 store s3://b/lake at endpoint {endpoint}", "flywheel store serve")  # fmt: skip
     log = tmp_path / "log.jsonl"
     log.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
-    said(invoke("ingest", log, "--store", "s3://b/lake", "--s3-endpoint", endpoint), 1, "cannot reach the S3 store")
+    said(
+        invoke("ingest", log, "--store", "s3://b/lake", "--s3-endpoint", endpoint),
+        1,
+        "cannot reach the S3 store",
+    )
 
 
 # ---- the process's own exit code and streams ------------------------------------------------
@@ -141,7 +170,15 @@ def test_the_process_exits_2_on_a_config_mistake_with_one_line_on_stderr(tmp_pat
 
 
 def test_the_process_exits_1_when_the_store_does_not_answer(tmp_path):
-    res = cli("query", "SELECT 1", "--store", "s3://b/lake", "--s3-endpoint", f"127.0.0.1:{closed_port()}", cwd=tmp_path)
+    res = cli(
+        "query",
+        "SELECT 1",
+        "--store",
+        "s3://b/lake",
+        "--s3-endpoint",
+        f"127.0.0.1:{closed_port()}",
+        cwd=tmp_path,
+    )
     assert res.returncode == 1 and "cannot reach the S3 store" in res.stderr, res
     assert len(res.stderr.strip().splitlines()) == 2 and "Traceback" not in res.stderr, res.stderr
     assert not (tmp_path / "runs").exists()
@@ -186,7 +223,9 @@ def test_check_exits_2_on_a_config_problem_and_1_on_an_unavailable_resource(tmp_
     wrong = invoke("check", "--set", "sampler.domains=[nope]", "--set", "reward.functions=[nomod:fn]", *s3)
     got = lines(wrong)
     assert wrong.exit_code == 2, wrong.output
-    assert got["domains"].startswith("FAIL unknown domain 'nope'") and got["reward functions"].startswith("FAIL")
+    assert got["domains"].startswith("FAIL unknown domain 'nope'") and got["reward functions"].startswith(
+        "FAIL"
+    )
     assert got["store"].startswith("FAIL cannot reach s3://b/x") and got["config"].startswith("ok")
     down = invoke("check", *s3)
     assert down.exit_code == 1 and lines(down)["store"].startswith("FAIL"), down.output
@@ -197,7 +236,9 @@ def test_check_exits_2_on_a_config_problem_and_1_on_an_unavailable_resource(tmp_
     (tmp_path / "afile").write_text("x")
     result = invoke("check", "--set", f"store.uri={tmp_path / 'afile'}", "--set", "model.path=/no/such/model")
     got = lines(result)
-    assert result.exit_code == 2 and "is a file" in got["store"] and "no config.json" in got["model"], result.output
+    assert result.exit_code == 2 and "is a file" in got["store"] and "no config.json" in got["model"], (
+        result.output
+    )
 
 
 def test_check_says_when_the_docker_engine_does_not_answer(tmp_path, monkeypatch):
@@ -221,7 +262,9 @@ def test_show_config_takes_set_and_describes_every_key():
 
 
 # ---- query --format ----------------------------------------------------------------------------
-WIDE_SQL = "SELECT 'x' || repeat('y', 200) AS wide, 1.5 AS n, 'nan'::DOUBLE AS z, count(*) AS rows FROM trajectories"
+WIDE_SQL = (
+    "SELECT 'x' || repeat('y', 200) AS wide, 1.5 AS n, 'nan'::DOUBLE AS z, count(*) AS rows FROM trajectories"
+)
 
 
 def test_query_formats(lake):
@@ -236,7 +279,9 @@ def test_query_formats(lake):
     assert table.exit_code == 0 and "…" in table.output and "y" * 200 not in table.output, table.output
     assert max(len(line) for line in table.output.splitlines()) <= 200
     said(invoke(*args, "xml"), 2, "--format xml: not a format", "csv")
-    said(invoke("query", "SELECT nope FROM trajectories", "--store", lake), 2, "query failed", "the views are")
+    said(
+        invoke("query", "SELECT nope FROM trajectories", "--store", lake), 2, "query failed", "the views are"
+    )
 
 
 # ---- the same flags mean the same thing everywhere --------------------------------------------

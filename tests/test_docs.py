@@ -115,7 +115,9 @@ def test_the_notes_name_real_keys_and_only_undescribed_ones(gen):
     assert not stale, f"docs/config_notes.yaml names keys no model has: {stale}"
     moved = [k for k in found["describe"] if keys[k].description]
     moved += [k for k in found["sections"] if gen.config.own_about(sections[k])]
-    assert not moved, f"described in flywheel/config/ now: delete their notes from docs/config_notes.yaml: {moved}"
+    assert not moved, (
+        f"described in flywheel/config/ now: delete their notes from docs/config_notes.yaml: {moved}"
+    )
     assert yaml.safe_load((DOCS / "config_notes.yaml").read_text())  # parses, as the build reads it
 
 

@@ -17,9 +17,18 @@ FLOORS = [
     ["domains"],  # the built-in domains and eval-only suites
     ["sources"],  # task sources from outside: task files, traces, reasoning-gym
     ["verifiers", "toolkit", "reward_functions", "judge"],  # verifier kinds; tool calls; rewards beside them
-    ["scoring", "harness", "judge_guard"],  # a harness run to a Score; the function harness; the judge's guard
+    [
+        "scoring",
+        "harness",
+        "judge_guard",
+    ],  # a harness run to a Score; the function harness; the judge's guard
     ["base"],  # the contract: Environment, Score, optional capabilities
-    ["tagged", "isolated", "audit", "parsing"],  # the report line, the solution's process, the audit, answer text
+    [
+        "tagged",
+        "isolated",
+        "audit",
+        "parsing",
+    ],  # the report line, the solution's process, the audit, answer text
     ["sandbox"],  # isolated workspaces
 ]
 RANK = {room: i for i, floor in enumerate(FLOORS) for room in floor}

@@ -42,7 +42,11 @@ def test_the_dry_run_runs_a_cycle_with_torch_transformers_and_peft_alone(tmp_pat
     assert report["update"]["steps_timed"] == 1 and report["update"]["tokens"] > 0
     assert report["update"]["mfu"] is None  # no peak for a CPU
     assert report["weight_sync"]["total_s"] > 0 and report["weight_sync"]["max_abs_logprob_gap"] < 0.05
-    for line in ("engine: hf (vLLM is not installed)", "rollout: 4 prompts x 2 samples", "weight sync: export"):
+    for line in (
+        "engine: hf (vLLM is not installed)",
+        "rollout: 4 prompts x 2 samples",
+        "weight sync: export",
+    ):
         assert line in res.stdout
 
 
@@ -53,9 +57,14 @@ def test_the_peak_is_read_from_the_device_name_and_the_engine_chosen():
     finally:
         sys.path.remove(str(ROOT / "bench"))
     assert gpu_check.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
-    assert gpu_check.peak_tflops("NVIDIA H100 PCIe") == 756.0 and gpu_check.peak_tflops("NVIDIA H100 NVL") == 835.0
+    assert (
+        gpu_check.peak_tflops("NVIDIA H100 PCIe") == 756.0
+        and gpu_check.peak_tflops("NVIDIA H100 NVL") == 835.0
+    )
     assert gpu_check.peak_tflops("NVIDIA H200") == 989.0 and gpu_check.peak_tflops("NVIDIA H200 NVL") == 835.0
-    assert gpu_check.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and gpu_check.peak_tflops("Tesla T4") is None
+    assert (
+        gpu_check.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and gpu_check.peak_tflops("Tesla T4") is None
+    )
     assert gpu_check.pick_engine("hf", dry_run=False) == ("hf", "asked for")
     assert gpu_check.pick_engine("auto", dry_run=True)[0] == "hf"
     from flywheel.config import TrainerConfig

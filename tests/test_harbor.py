@@ -25,7 +25,9 @@ def shipped_tasks():
 
 def test_the_shipped_set_spans_three_levels_and_the_categories():
     assert SHIPPED.quarantined == [] and SHIPPED.rows >= 20 and SHIPPED.levels == (1, 2, 3)
-    per_level = {lv: sum(len(rows) for (_, level), rows in SHIPPED.cells.items() if level == lv) for lv in (1, 2, 3)}
+    per_level = {
+        lv: sum(len(rows) for (_, level), rows in SHIPPED.cells.items() if level == lv) for lv in (1, 2, 3)
+    }
     assert min(per_level.values()) >= 6, per_level
     categories = {r.metadata["harbor"]["category"] for r in SHIPPED.all_rows()}
     assert categories == {"files", "logs", "text", "git", "build"}
@@ -51,10 +53,15 @@ def test_reference_episodes_score_one_at_each_level(box):  # noqa: F811
             if level > 1 else next(r for r in SHIPPED.all_rows() if r.level == 1)  # fmt: skip
         task = SHIPPED.task_of(row)
         ep = play_reference(CharChatTokenizer(), box, task, SHIPPED, SHIPPED.reference(task))
-        assert (ep.score.verdict, ep.score.reward, ep.finish_reason) == ("pass", 1.0, "submit"), (row.key, ep.score)
+        assert (ep.score.verdict, ep.score.reward, ep.finish_reason) == ("pass", 1.0, "submit"), (
+            row.key,
+            ep.score,
+        )
 
 
-def write_task(root, name, dockerfile, toml='version = "1.0"\n[metadata]\ndifficulty = "medium"\n', solve=None):
+def write_task(
+    root, name, dockerfile, toml='version = "1.0"\n[metadata]\ndifficulty = "medium"\n', solve=None
+):
     d = root / name
     (d / "environment").mkdir(parents=True)
     (d / "tests").mkdir()
@@ -62,7 +69,9 @@ def write_task(root, name, dockerfile, toml='version = "1.0"\n[metadata]\ndiffic
     (d / "instruction.md").write_text(f"Task {name}: write done into /app/out.txt.\n")
     if dockerfile is not None:
         (d / "environment" / "Dockerfile").write_text(dockerfile)
-    (d / "tests" / "test.sh").write_text('[ "$(cat /app/out.txt)" = done ] && echo 1 > /logs/verifier/reward.txt\n')
+    (d / "tests" / "test.sh").write_text(
+        '[ "$(cat /app/out.txt)" = done ] && echo 1 > /logs/verifier/reward.txt\n'
+    )
     if solve:
         (d / "solution").mkdir()
         (d / "solution" / "solve.sh").write_text(solve)
@@ -80,7 +89,9 @@ def test_a_users_directory_lists_what_cannot_run_here(tmp_path, box):  # noqa: F
     (compose / "environment" / "docker-compose.yaml").write_text("services: {}\n")
     write_task(tmp_path, "bad-toml", "FROM ubuntu:24.04\n", toml="[metadata\n")
     write_task(tmp_path, "pip-other", ok)
-    extra = write_task(tmp_path, "solution-files", "FROM ubuntu:24.04\nWORKDIR /app\n", solve="cp /solution/x .\n")
+    extra = write_task(
+        tmp_path, "solution-files", "FROM ubuntu:24.04\nWORKDIR /app\n", solve="cp /solution/x .\n"
+    )
     (extra / "solution" / "x").write_text("done\n")
     env = resolve(f"harbor:{tmp_path}")
     assert isinstance(env, HarborTasks) and env.name == f"harbor:{tmp_path}"

@@ -26,7 +26,13 @@ LAYERS = [
     ["storage"],  # the lake, its schema and views
 ]
 RANK = {room: i for i, layer in enumerate(LAYERS) for room in layer}
-FOLDER = {"flows": "flows", "tasks": "tasks", "environments": "environments", "storage": "storage", "policy": "policy"}
+FOLDER = {
+    "flows": "flows",
+    "tasks": "tasks",
+    "environments": "environments",
+    "storage": "storage",
+    "policy": "policy",
+}
 
 
 def room_of_module(name: str) -> str | None:

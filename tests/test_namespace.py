@@ -72,6 +72,8 @@ def test_importing_the_library_changes_no_environment_variable():
              "os.environ['HF_HUB_OFFLINE'] = '0'\n"
              "flywheel.use_offline_defaults()\n"
              "assert os.environ['HF_HUB_OFFLINE'] == '0' and os.environ['DO_NOT_TRACK'] == '1'\n")  # fmt: skip
-    env = {k: v for k, v in __import__("os").environ.items() if k not in __import__("flywheel").OFFLINE_DEFAULTS}
+    env = {
+        k: v for k, v in __import__("os").environ.items() if k not in __import__("flywheel").OFFLINE_DEFAULTS
+    }
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]

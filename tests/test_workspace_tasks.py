@@ -21,14 +21,22 @@ from flywheel.tasks.multiturn import play_reference
 from tests.multiturn_fixtures import CharChatTokenizer, box  # noqa: F401
 
 GIT = "git -c user.name=Dev -c user.email=dev@example.com"
-GOOD = {"id": "hello", "instruction": "Write hello into out.txt.", "files": {"notes/a.txt": "x\n"},
-        "tests": {"command": "grep -qx hello out.txt"}, "solution": "echo hello > out.txt", "level": 1}
-JSON_TESTS = ("import json, os, subprocess\n"
-              "log = subprocess.run(['git', 'log', '--format=%s'], capture_output=True, text=True).stdout.split()\n"
-              "tests = [{'name': 'two commits', 'passed': len(log) >= 2},\n"
-              "         {'name': 'value', 'passed': open('a.txt').read() == '2\\n'},\n"
-              "         {'name': 'first kept', 'passed': 'init' in log}]\n"
-              "json.dump({'tests': tests}, open(os.environ['RESULTS'], 'w'))\n")
+GOOD = {
+    "id": "hello",
+    "instruction": "Write hello into out.txt.",
+    "files": {"notes/a.txt": "x\n"},
+    "tests": {"command": "grep -qx hello out.txt"},
+    "solution": "echo hello > out.txt",
+    "level": 1,
+}
+JSON_TESTS = (
+    "import json, os, subprocess\n"
+    "log = subprocess.run(['git', 'log', '--format=%s'], capture_output=True, text=True).stdout.split()\n"
+    "tests = [{'name': 'two commits', 'passed': len(log) >= 2},\n"
+    "         {'name': 'value', 'passed': open('a.txt').read() == '2\\n'},\n"
+    "         {'name': 'first kept', 'passed': 'init' in log}]\n"
+    "json.dump({'tests': tests}, open(os.environ['RESULTS'], 'w'))\n"
+)
 GIT_ROW = {"id": "git", "instruction": "Set a.txt to 2 and commit it.", "files": {"a.txt": "1\n"}, "level": 2,
            "setup": [f"git init -q . && {GIT} add -A && {GIT} commit -qm init"],
            "tests": {"command": "python3 $TESTS_DIR/t.py", "files": {"t.py": JSON_TESTS}, "result": "json"},
@@ -75,8 +83,16 @@ def test_hostile_rows_are_quarantined_and_the_rest_kept(tmp_path):
         GOOD,
         {**GOOD, "id": "dotdot", "files": {"../escape.txt": "x"}},
         {**GOOD, "id": "absolute", "files": {"/etc/cron.d/x": "x"}},
-        {**GOOD, "id": "symlink", "archive": b64(tar_of([(member("link", tarfile.SYMTYPE, "/etc/passwd"), b"")]))},
-        {**GOOD, "id": "hardlink", "archive": b64(tar_of([(member("hard", tarfile.LNKTYPE, "/etc/shadow"), b"")]))},
+        {
+            **GOOD,
+            "id": "symlink",
+            "archive": b64(tar_of([(member("link", tarfile.SYMTYPE, "/etc/passwd"), b"")])),
+        },
+        {
+            **GOOD,
+            "id": "hardlink",
+            "archive": b64(tar_of([(member("hard", tarfile.LNKTYPE, "/etc/shadow"), b"")])),
+        },
         {**GOOD, "id": "tar-dotdot", "archive": b64(tar_of([(member("../../up.txt"), b"x")]))},
         {**GOOD, "id": "bomb", "archive": b64(bomb)},
         {**GOOD, "id": "zip-link", "archive": b64(zipped.getvalue())},
@@ -169,7 +185,9 @@ def test_directory_form_and_parquet_load_through_file(tmp_path):
     (task / "tests" / "check.sh").write_text('[ "$(cat n.txt)" = 3 ]\n')
     (task / "instruction.md").write_text("Count the lines of data/x.csv into n.txt.\n")
     (task / "solution.sh").write_text("wc -l < data/x.csv > n.txt\n")
-    (task / "task.json").write_text(json.dumps({"tests": {"command": "bash $TESTS_DIR/check.sh"}, "level": 2}))
+    (task / "task.json").write_text(
+        json.dumps({"tests": {"command": "bash $TESTS_DIR/check.sh"}, "level": 2})
+    )
     (tmp_path / "dir" / "broken").mkdir()
     (tmp_path / "dir" / "broken" / "task.json").write_text("[1]")
     assert is_workspace_source(str(tmp_path / "dir"))
@@ -178,12 +196,16 @@ def test_directory_form_and_parquet_load_through_file(tmp_path):
     assert (row.key, row.level, row.files, list(row.tests["files"])) == ("count", 2, {"data/x.csv": "a\nb\nc\n"},
                                                                          ["check.sh"])  # fmt: skip
     assert env.quarantined[0]["where"] == "broken/task.json"
-    pq.write_table(pa.Table.from_pylist([GOOD, {"instruction": "x", "files": {"b.txt": "y"}}]), tmp_path / "t.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([GOOD, {"instruction": "x", "files": {"b.txt": "y"}}]), tmp_path / "t.parquet"
+    )
     assert is_workspace_source(str(tmp_path / "t.parquet"))
     env = resolve(f"file:{tmp_path / 't.parquet'}")
     (row,) = env.all_rows()
     assert row.files == {"notes/a.txt": "x\n"} and row.tests["command"] == GOOD["tests"]["command"]
-    assert [(q["where"], q["reason"]) for q in env.quarantined] == [("row 2", "tests must be an object with a command")]
+    assert [(q["where"], q["reason"]) for q in env.quarantined] == [
+        ("row 2", "tests must be an object with a command")
+    ]
 
 
 def test_reference_episode_scores_one(tmp_path, box):  # noqa: F811

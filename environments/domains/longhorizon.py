@@ -79,7 +79,9 @@ class LongHorizon(GeneratedTasks, MultiTurnEnvironment):
                      else "This was the last clue: once its note is written, call submit.")  # fmt: skip
             files[path] = f"Clue {i + 1} of {steps}. Write the word {word} to {note(i + 1)}. {after}\n"
         for _ in range(steps // 2):  # decoys: clue-like files no chain reaches
-            files[f"clues/{rng.getrandbits(40):010x}.txt"] = f"An old clue. Write the word {rng.choice(WORDS)} nowhere.\n"
+            files[f"clues/{rng.getrandbits(40):010x}.txt"] = (
+                f"An old clue. Write the word {rng.choice(WORDS)} nowhere.\n"
+            )
         task = (f"Follow a chain of {steps} clues through this directory; the first clue is in {paths[0]}. "
                 "Each clue gives a word, the notes file to write it to, and the file of the next clue. "
                 "Write each word alone in its notes file; after the last clue, call submit.")  # fmt: skip
@@ -124,7 +126,9 @@ class LongHorizon(GeneratedTasks, MultiTurnEnvironment):
                 if s["exit_code"] != 0 or not isinstance(path, str) or path in seen:
                     continue
                 read = call.get("name") == "read_file" and path in clues
-                wrote = call.get("name") == "write_file" and str(args.get("content", "")).strip() == notes.get(path)
+                wrote = call.get("name") == "write_file" and str(
+                    args.get("content", "")
+                ).strip() == notes.get(path)
                 if read or wrote:
                     seen.add(path)
                     gained = True

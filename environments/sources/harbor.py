@@ -65,7 +65,11 @@ def task_dirs(root: Path) -> list[Path]:
 
 def rewrite(text: str, workdir: str) -> str:
     """The container paths of a script, as the workspace has them."""
-    for old, new in ((workdir.rstrip("/") or "/app", "/work"), ("/tests", "/tmp/tests"), ("/logs", "/tmp/logs")):
+    for old, new in (
+        (workdir.rstrip("/") or "/app", "/work"),
+        ("/tests", "/tmp/tests"),
+        ("/logs", "/tmp/logs"),
+    ):
         text = re.sub(r"(?<![\w.~/$-])" + re.escape(old) + r"(?=$|[/\s\"'`;:)|&<>])", new, text, flags=re.M)
     return text
 
@@ -101,7 +105,9 @@ def _py_has(module: str) -> bool:
     module = PIP_MODULES.get(module.lower(), module).replace("-", "_")
     if module.startswith("-") or not module:
         return True
-    probe = subprocess.run(["/usr/bin/python3", "-I", "-c", f"import {module}"], capture_output=True, timeout=20)
+    probe = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", f"import {module}"], capture_output=True, timeout=20
+    )
     return probe.returncode == 0
 
 
@@ -148,7 +154,7 @@ def parse_environment(env_dir: Path, workdir_default: str = "/app") -> tuple[str
             if not (dest + "/").startswith(root):
                 needs.append(f"{word} into {dest}, outside WORKDIR {workdir}")
                 continue
-            sub = dest[len(root):].strip("/")
+            sub = dest[len(root) :].strip("/")
             for src in srcs:
                 src_path = env_dir if src.rstrip("/") in (".", "") else env_dir / check_path(src)
                 if src_path.is_dir():
@@ -180,7 +186,9 @@ def docker_note(image: str | None) -> str:
     if shutil.which("docker") is None:
         return "docker is not installed"
     try:
-        probe = subprocess.run(["docker", "image", "inspect", image or "none"], capture_output=True, timeout=10)
+        probe = subprocess.run(
+            ["docker", "image", "inspect", image or "none"], capture_output=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "docker does not answer"
     if b"Cannot connect" in probe.stderr:

@@ -168,7 +168,7 @@ def archive_ref(ref: object, base: Path | None) -> dict[str, str]:
             raise RowError("archive.base64 is not base64") from None
         return archive_files(data, "archive")
     if not isinstance(ref, str):
-        raise RowError("archive must be a path beside the task file or {\"base64\": ...}")
+        raise RowError('archive must be a path beside the task file or {"base64": ...}')
     if base is None:
         raise RowError("an archive path needs a task file to be relative to")
     rel = check_path(ref)

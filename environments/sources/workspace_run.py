@@ -73,7 +73,9 @@ for p, kind, data, mode in reversed(entries):
     if kind == "d":
         os.chmod(p, mode)
 """
-HIDDEN = PRELUDE + r"""
+HIDDEN = (
+    PRELUDE
+    + r"""
 import shutil, subprocess, time
 for d in ("/tmp/tests", "/tmp/logs"):
     if os.path.islink(d) or os.path.isfile(d):
@@ -108,6 +110,7 @@ report(exit=code, seconds=time.monotonic() - start, reward_txt=text("/tmp/logs/v
        reward_json=text("/tmp/logs/verifier/reward.json"), results=text("/tmp/tests/results.json"),
        tail=printed[-3000:], last_json=next((ln for ln in reversed(printed.splitlines()) if ln.startswith("{")), None))
 """
+)
 
 
 def run_setup(ws, commands: list[str], limits: Limits) -> str:
@@ -115,7 +118,9 @@ def run_setup(ws, commands: list[str], limits: Limits) -> str:
     for cmd in commands:
         res = ws.run(["bash", "-c", cmd], limits=limits)
         if res.error or res.exit_code != 0:
-            why = res.error or ("timed out" if res.timed_out else f"exit {res.exit_code}: {res.stderr[-300:]}")
+            why = res.error or (
+                "timed out" if res.timed_out else f"exit {res.exit_code}: {res.stderr[-300:]}"
+            )
             return f"setup command {cmd[:80]!r} failed: {why}"
     return ""
 
@@ -209,7 +214,9 @@ def _outcome(report: dict, kind: str) -> Outcome:
             return Outcome(0.0, 0, 1, f"hidden tests reported no JSON result (exit {code}): {tail}")
     if counts is not None:
         passed, total = counts
-        return Outcome(passed / total if total else 0.0, passed, total, "" if total and passed == total else tail)
+        return Outcome(
+            passed / total if total else 0.0, passed, total, "" if total and passed == total else tail
+        )
     return Outcome(1.0, 1, 1) if code == 0 else Outcome(0.0, 0, 1, f"exit {code}: {tail}")
 
 

@@ -99,12 +99,19 @@ def _tools(raw) -> dict[str, dict]:
                 raise RowError(f"unknown tool {t!r}; the standard set: {', '.join(sorted(set(ALIASES)))}")
             out[ALIASES[t]] = KNOWN_SPECS[ALIASES[t]]
         elif isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("command"), str):
-            name, params = t["name"], t.get("parameters") or {"type": "object", "properties": {}, "required": []}
+            name, params = (
+                t["name"],
+                t.get("parameters") or {"type": "object", "properties": {}, "required": []},
+            )
             if name in KNOWN_SPECS or not name.replace("_", "").isalnum():
                 raise RowError(f"own tool {name!r}: a new name of letters, digits and _ is needed")
             if not isinstance(params, dict) or not isinstance(params.get("properties", {}), dict):
                 raise RowError(f"own tool {name!r}: parameters must be a JSON schema object")
-            out[name] = {"description": str(t.get("description", "")), "parameters": params, "command": t["command"]}
+            out[name] = {
+                "description": str(t.get("description", "")),
+                "parameters": params,
+                "command": t["command"],
+            }
         else:
             raise RowError("a tool is a standard name or {name, description, parameters, command}")
     out.setdefault("submit", KNOWN_SPECS["submit"])
@@ -116,7 +123,11 @@ def _solution(raw, tools: dict) -> list[dict] | None:
         return None
     if isinstance(raw, str) and raw.strip():
         return [{"name": "run_shell", "arguments": {"command": raw}}]
-    if isinstance(raw, list) and raw and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in raw):
+    if (
+        isinstance(raw, list)
+        and raw
+        and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in raw)
+    ):
         return [{"name": c["name"], "arguments": dict(c.get("arguments") or {})} for c in raw]
     raise RowError("solution must be a shell script or a list of tool calls {name, arguments}")
 
@@ -127,7 +138,11 @@ def normalise(raw: dict, base: Path | None) -> WorkspaceRow:
     if not isinstance(instruction, str) or not instruction.strip():
         raise RowError("no instruction (a non-empty text)")
     tests = raw.get("tests")
-    if not isinstance(tests, dict) or not isinstance(tests.get("command"), str) or not tests["command"].strip():
+    if (
+        not isinstance(tests, dict)
+        or not isinstance(tests.get("command"), str)
+        or not tests["command"].strip()
+    ):
         raise RowError("tests must be an object with a command")
     result = tests.get("result", "exit_code")
     if result not in ("exit_code", "json"):
@@ -276,7 +291,9 @@ class WorkspaceTasks(MultiTurnEnvironment):
     def tally(self) -> None:
         if not self.cells:
             reasons = "; ".join(f"{q['where']}: {q['reason']}" for q in self.quarantined[:3])
-            raise WorkspaceTaskError(f"{self.path} has no usable task ({len(self.quarantined)} set aside: {reasons})")
+            raise WorkspaceTaskError(
+                f"{self.path} has no usable task ({len(self.quarantined)} set aside: {reasons})"
+            )
         self.levels = tuple(sorted({level for _, level in self.cells}))
         self.rows = sum(len(r) for r in self.cells.values())
 
@@ -326,7 +343,11 @@ class WorkspaceTasks(MultiTurnEnvironment):
 
     def budget(self, task):
         v = json.loads(task.verifier_json)
-        call = Limits(wall_s=v["call_seconds"], cpu_s=max(1, int(v["call_seconds"]))) if v.get("call_seconds") else None
+        call = (
+            Limits(wall_s=v["call_seconds"], cpu_s=max(1, int(v["call_seconds"])))
+            if v.get("call_seconds")
+            else None
+        )
         return EpisodeBudget(max_turns=v.get("max_turns"), call_limits=call, seconds=v.get("episode_seconds"))
 
     def setup_files(self, task):

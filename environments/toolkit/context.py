@@ -50,8 +50,15 @@ class ContextPolicy:
         if self.stepwise == "never" and self.edits:
             raise ValueError(f"context mode {self.mode!r} edits the history: its turns cannot be one sequence "
                              "(stepwise 'never' goes with none or truncate)")  # fmt: skip
-        if self.window_turns < 1 or self.window_slide < 0 or self.observation_tokens < 16 or self.summary_tokens < 8:
-            raise ValueError("window_turns >= 1, window_slide >= 0, observation_tokens >= 16 and summary_tokens >= 8")
+        if (
+            self.window_turns < 1
+            or self.window_slide < 0
+            or self.observation_tokens < 16
+            or self.summary_tokens < 8
+        ):
+            raise ValueError(
+                "window_turns >= 1, window_slide >= 0, observation_tokens >= 16 and summary_tokens >= 8"
+            )
 
     @property
     def edits(self) -> bool:

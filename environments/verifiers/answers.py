@@ -116,7 +116,10 @@ def check_regex(pattern: str, completion: str) -> Score:
 
 # ---- math: math-verify in the sandbox -----------------------------------------------------
 # the sandbox cannot import our package: safe_parse.py goes in as text
-MATH_HARNESS = PRELUDE + Path(safe_parse.__file__).read_text(encoding="utf-8") + r"""
+MATH_HARNESS = (
+    PRELUDE
+    + Path(safe_parse.__file__).read_text(encoding="utf-8")
+    + r"""
 try:
     from math_verify import parse, verify
 except ImportError as e:
@@ -134,6 +137,7 @@ try:
 except BaseException as e:
     report(ok=False, error=f"math-verify failed: {type(e).__name__}: {e}"[:300])
 """
+)
 
 
 def math_job(gold: str, completion: str) -> Job | Score:
@@ -183,7 +187,11 @@ class Numeric(AnswerKind):
 
     def answer(self, answer):
         try:  # "1e400" parses as a Fraction whose float overflows; a 400-digit int has no float
-            value = answer if isinstance(answer, (int, float)) and not isinstance(answer, bool) else parse_number(str(answer))
+            value = (
+                answer
+                if isinstance(answer, (int, float)) and not isinstance(answer, bool)
+                else parse_number(str(answer))
+            )
             if value is not None and not math.isfinite(float(value)):
                 raise OverflowError
         except OverflowError:

@@ -18,7 +18,9 @@ from flywheel.environments.scoring import graded_run
 from flywheel.environments.tagged import PRELUDE, new_nonce, read_tagged
 from flywheel.environments.verifiers.base import RowError, VerifierKind
 
-IO_HARNESS = PRELUDE + r"""
+IO_HARNESS = (
+    PRELUDE
+    + r"""
 import io, sys, _signal
 def on_alarm(*_):
     raise TimeoutError("case took too long")
@@ -44,6 +46,7 @@ for text in spec["inputs"]:
     outputs.append(buf.getvalue()[-65536:])
 report(outputs=outputs, error=first_error)
 """
+)
 # what a stdin/stdout program does that a pure function must not: read and write its own
 # streams, and leave with exit()
 IO_ALLOWED = ("uses sys.stdin", "uses sys.stdout", "uses sys.exit", "uses exit", "uses quit", "imports sys.stdin",

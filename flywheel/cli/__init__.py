@@ -54,14 +54,20 @@ def main(
 @app.command()
 def run(
     cycles: Optional[int] = typer.Option(None, help="Cycles to run (in total, for a resumed run)."),
-    model: Optional[str] = typer.Option(None, help="A local HF model dir or a cached Hub name org/name (default: SmolLM2-135M-Instruct)."),
+    model: Optional[str] = typer.Option(
+        None, help="A local HF model dir or a cached Hub name org/name (default: SmolLM2-135M-Instruct)."
+    ),
     store: Optional[str] = options.store(),
     s3_endpoint: Optional[str] = options.s3_endpoint(),
-    run_id: Optional[str] = options.run_id("Resume this run, or start a new one of this name (default: a new run)."),
+    run_id: Optional[str] = options.run_id(
+        "Resume this run, or start a new one of this name (default: a new run)."
+    ),
     runs_dir: Optional[str] = options.runs_dir(),
     config_file: Optional[Path] = options.config_file(),
     set_: list[str] = options.sets(),
-    verbose: bool = typer.Option(False, "--verbose", help="Show vLLM, DeepSpeed and Prefect output here too."),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="Show vLLM, DeepSpeed and Prefect output here too."
+    ),
 ):
     """Run the flywheel on the embedded default (or what the flags say)."""
     config = checked_config(config_file, set_, **{"cycles": cycles, "model.path": model},
@@ -84,13 +90,21 @@ def run(
 
 @app.command()
 def sft(
-    run_id: str = options.run_id("The run to fine-tune (new or existing); RL resumes from the result.", required=True),
-    data: Optional[str] = typer.Option(None, help="A JSONL/Parquet file of {'messages': [...]} demonstrations."),
-    references: int = typer.Option(0, help="Else: this many reference replies per domain and level of sampler."),
+    run_id: str = options.run_id(
+        "The run to fine-tune (new or existing); RL resumes from the result.", required=True
+    ),
+    data: Optional[str] = typer.Option(
+        None, help="A JSONL/Parquet file of {'messages': [...]} demonstrations."
+    ),
+    references: int = typer.Option(
+        0, help="Else: this many reference replies per domain and level of sampler."
+    ),
     epochs: int = typer.Option(1),
     batch_size: int = typer.Option(16),
     learning_rate: float = typer.Option(1e-5),
-    max_minutes: float = typer.Option(0.0, help="Stop training after this many minutes (0: run every epoch)."),
+    max_minutes: float = typer.Option(
+        0.0, help="Stop training after this many minutes (0: run every epoch)."
+    ),
     runs_dir: Optional[str] = options.runs_dir(),
     store: Optional[str] = options.store(),
     s3_endpoint: Optional[str] = options.s3_endpoint(),
@@ -130,8 +144,12 @@ def server(
 @app.command()
 def domains(
     config_file: Optional[Path] = options.config_file(),
-    set_: list[str] = typer.Option([], "--set", help="Override a config key, repeatable (sampler.domains, eval.files, "
-                                   "run_id or store.uri for traces: domains)."),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Override a config key, repeatable (sampler.domains, eval.files, "
+        "run_id or store.uri for traces: domains).",
+    ),
 ):
     """Every domain found: built in, installed plug-ins (the `flywheel.domains` entry
     points) and the config's own (task files, module:Class), with kind, levels and source."""
@@ -151,8 +169,9 @@ def domains(
 @app.command("prepare-model")
 def prepare_model(
     name: Optional[str] = typer.Argument(
-        None, help="A shipped model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b (their extras installed). "
-        "Empty: the default SmolLM2."
+        None,
+        help="A shipped model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b (their extras installed). "
+        "Empty: the default SmolLM2.",
     ),
     cache_dir: Optional[str] = typer.Option(None, help="Where to keep converted models."),
 ):
@@ -200,7 +219,9 @@ def sandbox_build_image(
     name = image or config.sandbox.docker_image
     if len(down) < len(hosts):
         up = [h for h in hosts if h not in down]
-        ids = build_image(name, python or config.sandbox.python, say=typer.echo, hosts=up, libraries=libraries)
+        ids = build_image(
+            name, python or config.sandbox.python, say=typer.echo, hosts=up, libraries=libraries
+        )
         for h, image_id in ids.items():
             typer.echo(f"built {name} on {h or 'DOCKER_HOST'} ({image_id})")
     for why in down.values():
@@ -217,7 +238,9 @@ app.add_typer(engine_app, name="engine")
 def engine_serve(
     model: str = typer.Option(..., help="The HF model dir to serve (the run's base model)."),
     port: int = typer.Option(8000),
-    host: str = typer.Option("127.0.0.1", help="Bind address; its dev endpoints take weights: keep it private."),
+    host: str = typer.Option(
+        "127.0.0.1", help="Bind address; its dev endpoints take weights: keep it private."
+    ),
     max_model_len: int = typer.Option(1024),
     dtype: str = typer.Option("float32"),
 ):

@@ -61,7 +61,10 @@ def _model(checks: Checks, config) -> None:
     from flywheel.run.shipped_models import PROVENANCE, locate_parts, shipped_model
 
     shipped = not config.model.path
-    if shipped and not (cache_root(config.model.cache_dir) / "models" / DEFAULT_NAME / "config.json").is_file():
+    if (
+        shipped
+        and not (cache_root(config.model.cache_dir) / "models" / DEFAULT_NAME / "config.json").is_file()
+    ):
         checks.ok("model", f"the shipped {DEFAULT_NAME} (converted on the first run)")  # no conversion here
         return
     named = shipped_model(config.model.path) if config.model.path else None
@@ -83,7 +86,10 @@ def _model(checks: Checks, config) -> None:
     except (ModelError, LoraTargetError) as exc:
         checks.fail("model", str(exc), 2)
         return
-    checks.ok("model", (f"the shipped {DEFAULT_NAME}" if shipped else model_dir) + (", LoRA targets in it" if lora else ""))
+    checks.ok(
+        "model",
+        (f"the shipped {DEFAULT_NAME}" if shipped else model_dir) + (", LoRA targets in it" if lora else ""),
+    )
 
 
 def _domains(checks: Checks, config):
@@ -108,7 +114,9 @@ def _reward_functions(checks: Checks, config):
         checks.fail("reward functions", str(exc), 2)
         return None
     if functions:
-        checks.ok("reward functions", ", ".join(f.name for f in functions) + " (imported in the sandbox below)")
+        checks.ok(
+            "reward functions", ", ".join(f.name for f in functions) + " (imported in the sandbox below)"
+        )
     return functions
 
 
@@ -119,7 +127,9 @@ def _store(checks: Checks, config) -> None:
         if problem:
             checks.fail("store", problem, 1)
         else:
-            checks.ok("store", f"{uri} answers" + (f" at {config.store.endpoint}" if config.store.endpoint else ""))
+            checks.ok(
+                "store", f"{uri} answers" + (f" at {config.store.endpoint}" if config.store.endpoint else "")
+            )
         return
     path = Path(uri).absolute()
     if path.is_dir():
@@ -149,9 +159,9 @@ def _s3_problem(uri: str, endpoint: str | None, region: str) -> str | None:
         ep = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
         kwargs.update(endpoint_override=ep.netloc, scheme=ep.scheme or "http")
     try:
-        pafs.S3FileSystem(**kwargs, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1)).get_file_info(
-            urlparse(uri).netloc
-        )
+        pafs.S3FileSystem(
+            **kwargs, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1)
+        ).get_file_info(urlparse(uri).netloc)
     except OSError as exc:
         code = next((w for w in str(exc).split() if w.isupper() and "_" in w), "no answer")
         return f"cannot reach {uri}" + (f" at {endpoint}" if endpoint else "") + f" ({code})"
@@ -184,7 +194,9 @@ def _sandbox(checks: Checks, config, domains, functions) -> None:
     try:
         res = sandbox.run(Job(["python", "-c", "print(6 * 7)"]))
         if res.error or res.stdout.strip() != "42":
-            checks.fail("sandbox", f"{backend} cannot run code here: {res.error or res.stderr.strip()[-300:]}", 1)
+            checks.fail(
+                "sandbox", f"{backend} cannot run code here: {res.error or res.stderr.strip()[-300:]}", 1
+            )
             return
         checks.ok("sandbox", f"{backend} runs code")
         try:

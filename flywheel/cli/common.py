@@ -43,7 +43,9 @@ def load_config(config_file: Optional[Path], overrides: list[str], **flags) -> F
 def _config_file(path: Path) -> Path:
     """`path`, once it is a readable YAML mapping (what from_yaml would trip over with a traceback)."""
     if path.is_dir():
-        raise UsageProblem(f"--config {path} is a directory", "give a YAML file: --config recipes/cpu-default.yaml")
+        raise UsageProblem(
+            f"--config {path} is a directory", "give a YAML file: --config recipes/cpu-default.yaml"
+        )
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -71,7 +73,9 @@ def _check_set(item: str) -> None:
 
 
 def _yaml_reason(exc: yaml.YAMLError, lines: bool = True) -> str:
-    problem = ": ".join(p for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p) or str(exc)
+    problem = ": ".join(
+        p for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p
+    ) or str(exc)
     mark = getattr(exc, "problem_mark", None)
     return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark and lines else problem
 
@@ -87,7 +91,11 @@ def _reason(exc: ValueError) -> str:
     parts = []
     for e in found.errors()[:3]:
         got = e.get("input")
-        shown = f" (got {got!r})" if isinstance(got, (str, int, float, bool)) and e["type"] != "extra_forbidden" else ""
+        shown = (
+            f" (got {got!r})"
+            if isinstance(got, (str, int, float, bool)) and e["type"] != "extra_forbidden"
+            else ""
+        )
         parts.append(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}{shown}")
     more = found.error_count() - len(parts)
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
@@ -157,8 +165,14 @@ def rich_table(names: list[str], rows, title: str | None = None):
     return table
 
 
-def run_config(run_id: str, runs_dir: str | None, store: str | None, s3_endpoint: str | None,
-               config_file: Optional[Path] = None, overrides: list[str] = ()) -> FlywheelConfig:
+def run_config(
+    run_id: str,
+    runs_dir: str | None,
+    store: str | None,
+    s3_endpoint: str | None,
+    config_file: Optional[Path] = None,
+    overrides: list[str] = (),
+) -> FlywheelConfig:
     """The config of an existing run (its lake: --store, else the config's store.uri,
     else the run's own under the runs dir)."""
     return load_config(config_file, list(overrides), **lake_flags(run_id, runs_dir, store, s3_endpoint))
@@ -172,7 +186,9 @@ def lake_flags(run_id, runs_dir, store, s3_endpoint) -> dict:
 def not_a_dir(uri: str) -> None:
     """UsageProblem when a local lake's path is a file (the lake would fail to make its dir)."""
     if not uri.startswith("s3://") and Path(uri).is_file():
-        raise UsageProblem(f"{uri} is a file, not a lake", "--store (store.uri) takes a dir or s3://bucket/prefix")
+        raise UsageProblem(
+            f"{uri} is a file, not a lake", "--store (store.uri) takes a dir or s3://bucket/prefix"
+        )
 
 
 def existing_lake(config: FlywheelConfig, of_the_run: bool = True):
@@ -183,7 +199,9 @@ def existing_lake(config: FlywheelConfig, of_the_run: bool = True):
     from flywheel.storage.policies import PolicyStore
 
     if not config.store.uri and not config.run_id:
-        raise UsageProblem("give --run-id (its lake under the runs dir) or --store (a dir or s3://bucket/prefix)")
+        raise UsageProblem(
+            "give --run-id (its lake under the runs dir) or --store (a dir or s3://bucket/prefix)"
+        )
     uri = config.lake_uri
     not_a_dir(uri)
     if not uri.startswith("s3://") and not Path(uri).is_dir():
@@ -230,4 +248,6 @@ def pick_version(store, spec: str, flag: str = "--version") -> int:
         raise UsageProblem(f"{flag} best: no evaluation of this run recorded a best version",
                            "evaluate it (`flywheel eval`, or eval.every_n_cycles in a run) or give a number") from None  # fmt: skip
     except ValueError:
-        raise UsageProblem(f"{flag} {spec}: not a version", "give a number (0: the starting policy), 'best' or 'current'") from None
+        raise UsageProblem(
+            f"{flag} {spec}: not a version", "give a number (0: the starting policy), 'best' or 'current'"
+        ) from None

@@ -75,7 +75,9 @@ def _known(exc: BaseException) -> CliError | None:
         return Unavailable(str(exc), "`flywheel check` tests the sandbox without starting a run")
     if isinstance(exc, LakeError):
         text = str(exc)
-        if text.startswith("cannot reach"):  # the store's own reason is pyarrow's many lines: its AWS code is enough
+        if text.startswith(
+            "cannot reach"
+        ):  # the store's own reason is pyarrow's many lines: its AWS code is enough
             head, _, detail = text.partition(": When")
             code = re.search(r"AWS Error (\w+)", detail)
             return Unavailable(f"{head} ({code.group(1) if code else detail.strip()[:120]})", S3_HINT)
@@ -102,7 +104,9 @@ class FlywheelGroup(TyperGroup):
             error = _known(exc)
             if error is None:
                 where = f"the run's log is {_log[0]}" if _log else "this command keeps no log of its own"
-                exc.add_note(f"flywheel: an unexpected error, a bug: please report it with this traceback ({where}).")
+                exc.add_note(
+                    f"flywheel: an unexpected error, a bug: please report it with this traceback ({where})."
+                )
                 raise
             show(error)
             raise typer.Exit(error.code) from None

@@ -15,12 +15,18 @@ def run_id(help: str, required: bool = False):
 
 
 def runs_dir():
-    return typer.Option(None, "--runs-dir", help="Where runs live, a run's dir being <runs dir>/<run id> (runs_dir; default: runs).")
+    return typer.Option(
+        None,
+        "--runs-dir",
+        help="Where runs live, a run's dir being <runs dir>/<run id> (runs_dir; default: runs).",
+    )
 
 
 def store():
     return typer.Option(
-        None, "--store", help="The lake: a local dir or s3://bucket/prefix (store.uri; default: <runs dir>/<run id>/lake)."
+        None,
+        "--store",
+        help="The lake: a local dir or s3://bucket/prefix (store.uri; default: <runs dir>/<run id>/lake).",
     )
 
 
@@ -29,8 +35,12 @@ def s3_endpoint():
 
 
 def config_file():
-    return typer.Option(None, "--config", help="A YAML config file (`flywheel show-config --describe` lists the keys).")
+    return typer.Option(
+        None, "--config", help="A YAML config file (`flywheel show-config --describe` lists the keys)."
+    )
 
 
 def sets():
-    return typer.Option([], "--set", help="Override a config key, repeatable: --set trainer.learning_rate=1e-5")
+    return typer.Option(
+        [], "--set", help="Override a config key, repeatable: --set trainer.learning_rate=1e-5"
+    )

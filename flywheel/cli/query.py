@@ -39,7 +39,13 @@ def _plain(value):
 
 
 def _cell(value, limit: int | None) -> str:
-    text = value if isinstance(value, str) else json.dumps(_plain(value)) if isinstance(value, (dict, list, tuple)) else str(value)
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(_plain(value))
+        if isinstance(value, (dict, list, tuple))
+        else str(value)
+    )
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -102,12 +108,16 @@ def _run_sql(con, sql: str, fmt: str) -> None:
 
 
 def query(
-    sql: str = typer.Argument(..., help="DuckDB SQL over the views `trajectories`, `tasks`, `cycles` and `groups`."),
+    sql: str = typer.Argument(
+        ..., help="DuckDB SQL over the views `trajectories`, `tasks`, `cycles` and `groups`."
+    ),
     run_id: Optional[str] = options.run_id("Only this run (and its lake under --runs-dir, unless --store)."),
     store: Optional[str] = options.store(),
     s3_endpoint: Optional[str] = options.s3_endpoint(),
     runs_dir: Optional[str] = options.runs_dir(),
-    fmt: str = typer.Option("table", "--format", help="table (long cells cut), csv, json (a list of rows) or markdown."),
+    fmt: str = typer.Option(
+        "table", "--format", help="table (long cells cut), csv, json (a list of rows) or markdown."
+    ),
     config_file: Optional[Path] = options.config_file(),
     set_: list[str] = options.sets(),
 ):
@@ -135,8 +145,11 @@ def report(
     store: Optional[str] = options.store(),
     s3_endpoint: Optional[str] = options.s3_endpoint(),
     runs_dir: Optional[str] = options.runs_dir(),
-    by: str = typer.Option("level", help="level: per domain and level; domain: per domain; cycle: per cycle; "
-                           "workload: per production workload (traces, tasks, logged failures, pass rates)."),
+    by: str = typer.Option(
+        "level",
+        help="level: per domain and level; domain: per domain; cycle: per cycle; "
+        "workload: per production workload (traces, tasks, logged failures, pass rates).",
+    ),
     config_file: Optional[Path] = options.config_file(),
     set_: list[str] = options.sets(),
 ):
@@ -173,7 +186,12 @@ def _agentic(con, lake, run_id: str | None) -> None:
     run, per evaluated version; nothing without episodes."""
     from flywheel.reports.agentic_report import agentic_rows
 
-    sections = [("Agentic metrics of the training episodes", agentic_rows(con, ["run_id", "cycle", "domain", "level"]))]
+    sections = [
+        (
+            "Agentic metrics of the training episodes",
+            agentic_rows(con, ["run_id", "cycle", "domain", "level"]),
+        )
+    ]
     if run_id and lake.evaluation_files(run_id):
         from flywheel.storage import evals
 

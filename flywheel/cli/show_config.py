@@ -51,7 +51,9 @@ def described(model: BaseModel, indent: int = 0) -> list[str]:
 def show_config(
     config_file: Optional[Path] = options.config_file(),
     set_: list[str] = options.sets(),
-    describe: bool = typer.Option(False, "--describe", help="Each key's description above it, as a YAML comment."),
+    describe: bool = typer.Option(
+        False, "--describe", help="Each key's description above it, as a YAML comment."
+    ),
 ):
     """Print the effective config (the defaults, --config, --set) as YAML."""
     config = load_config(config_file, set_)

@@ -41,7 +41,9 @@ class GatewayConfig(Section):
     max_n: int = Field(8, ge=1, description="The most choices one request may ask for.")
     requests_per_minute: int = Field(600, ge=0, description="Per client (API key); 0: no limit.")
     max_pending: int = Field(256, ge=1, description="Engine requests queued at most; beyond, 503.")
-    max_calls_per_session: int = Field(0, ge=0, description="Calls one session may make; beyond, 429. 0: no limit.")
+    max_calls_per_session: int = Field(
+        0, ge=0, description="Calls one session may make; beyond, 429. 0: no limit."
+    )
     fsync: bool = Field(
         False,
         description="fsync the spool after each call: survives a machine's crash, not only a killed process.",

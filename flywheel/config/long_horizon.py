@@ -24,14 +24,20 @@ class ContextConfig(Section):
         "opening and the last window_turns turns), summarise (the policy summarises, the summary replaces "
         "the turns before it).",
     )
-    observation_tokens: int = Field(512, ge=16, description="truncate, window, summarise: a tool result's tokens kept.")
+    observation_tokens: int = Field(
+        512, ge=16, description="truncate, window, summarise: a tool result's tokens kept."
+    )
     window_turns: int = Field(8, ge=1, description="window: the turns kept (at least).")
     window_slide: int = Field(
-        0, ge=0, description="window: turns the window moves at a time (prompts between moves go on from the one "
+        0,
+        ge=0,
+        description="window: turns the window moves at a time (prompts between moves go on from the one "
         "before, so the engine's prefix cache holds); 0: half of window_turns.",
     )
     summarise_at: int = Field(
-        0, ge=0, description="summarise: prompt tokens that call for a summary; 0: 3/4 of engine.max_model_len."
+        0,
+        ge=0,
+        description="summarise: prompt tokens that call for a summary; 0: 3/4 of engine.max_model_len.",
     )
     summary_tokens: int = Field(256, ge=8, description="summarise: the summary's token budget.")
     stepwise: Literal["auto", "always", "never"] = Field(
@@ -69,16 +75,22 @@ class PartialConfig(Section):
     finish continue in the next cycle under the new weights (tasks/carry.py)."""
 
     stage_tokens: int = Field(
-        0, ge=0, description="Tokens the generate stage samples before it stops asking for turns; 0: no limit."
+        0,
+        ge=0,
+        description="Tokens the generate stage samples before it stops asking for turns; 0: no limit.",
     )
-    stage_seconds: float = Field(0, ge=0, description="Seconds the generate stage plays episodes; 0: no limit.")
+    stage_seconds: float = Field(
+        0, ge=0, description="Seconds the generate stage plays episodes; 0: no limit."
+    )
     on_budget: Literal["carry", "cut"] = Field(
         "carry",
         description="The unfinished episodes at the budget: carry (parked, their group trained once all are "
         "done) or cut (ended there and scored as they are).",
     )
     max_lag: int = Field(
-        2, ge=0, description="A carried group whose oldest token is more policy versions old than this is stale."
+        2,
+        ge=0,
+        description="A carried group whose oldest token is more policy versions old than this is stale.",
     )
     stale: Literal["drop", "restart"] = Field(
         "restart", description="A stale group: dropped, or its task played afresh under the current policy."

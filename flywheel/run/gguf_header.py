@@ -55,7 +55,9 @@ class _Stream:
     def take(self, n: int, what: str) -> bytes:
         data = self.f.read(n)
         if len(data) != n:
-            raise GGUFHeaderError(f"{self.path}: the file ends inside the header ({what}, at byte {self.f.tell()})")
+            raise GGUFHeaderError(
+                f"{self.path}: the file ends inside the header ({what}, at byte {self.f.tell()})"
+            )
         return data
 
     def unpack(self, fmt: str, what: str):
@@ -68,7 +70,9 @@ class _Stream:
         try:
             return self.take(n, what).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise GGUFHeaderError(f"{self.path}: {what} is not UTF-8: not a GGUF header (corrupted?)") from exc
+            raise GGUFHeaderError(
+                f"{self.path}: {what} is not UTF-8: not a GGUF header (corrupted?)"
+            ) from exc
 
     def value_type(self, what: str) -> GGUFValueType:
         code = self.unpack("<I", what)
@@ -95,13 +99,17 @@ def read_header(path: str | Path) -> GGUFHeader:
         s = _Stream(f, path)
         magic = s.unpack("<I", "magic")
         if magic != GGUF_MAGIC:
-            raise GGUFHeaderError(f"{path}: not a GGUF file (magic {magic:#010x}, expected {GGUF_MAGIC:#010x})")
+            raise GGUFHeaderError(
+                f"{path}: not a GGUF file (magic {magic:#010x}, expected {GGUF_MAGIC:#010x})"
+            )
         version = s.unpack("<I", "version")
         if version not in (2, 3):
             raise GGUFHeaderError(f"{path}: GGUF version {version}, only 2 and 3 are read")
         tensors, kv_count = s.unpack("<Q", "tensor count"), s.unpack("<Q", "key/value count")
         if tensors > MAX_TENSORS or kv_count > MAX_COUNT:
-            raise GGUFHeaderError(f"{path}: {tensors} tensors, {kv_count} keys: not a GGUF header (corrupted?)")
+            raise GGUFHeaderError(
+                f"{path}: {tensors} tensors, {kv_count} keys: not a GGUF header (corrupted?)"
+            )
         header = GGUFHeader(version, tensors)
         for i in range(kv_count):
             key = s.string(f"key {i}")

