@@ -15,12 +15,12 @@ state), not DeepSpeed's layout, so neither trainer resumes from the other's.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
 
 from flywheel.policy import lora
+from flywheel.policy.export import plain_state, write_export
 from flywheel.policy.trainer import WEIGHT_FILES, GRPOTrainer, uses_bf16
 
 
@@ -92,23 +92,8 @@ class PlainTrainer(GRPOTrainer):
         out_dir = Path(out_dir)
         module = self.engine.module
         state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-        peft_state = None
-        if self.cfg.lora is not None:
-            peft_state, state = state, lora.merged_state(module, state)
-        plain = module.get_base_model() if peft_state is not None else module
-        if getattr(plain.config, "tie_word_embeddings", False):
-            state.pop("lm_head.weight", None)
-        tmp = out_dir.with_name(out_dir.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        plain.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-        if peft_state is not None:
-            module.save_pretrained(tmp / lora.ADAPTER_DIR, state_dict=peft_state, safe_serialization=True)
-        for name, data in self.assets.items():
-            if not (tmp / name).exists():
-                (tmp / name).write_bytes(data)
-        shutil.rmtree(out_dir, ignore_errors=True)
-        tmp.rename(out_dir)
-        return str(out_dir)
+        plain, state, peft_state = plain_state(module, state, self.cfg.lora is not None)
+        return write_export(out_dir, module, plain, state, peft_state, self.assets)
 
     def save_checkpoint(self, ckpt_dir: str | Path, tag: str) -> None:
         path = Path(ckpt_dir) / tag

@@ -47,7 +47,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import socket
 import warnings
 from dataclasses import dataclass
@@ -65,6 +64,7 @@ from flywheel.policy.grpo import (
     token_weights,
 )
 from flywheel.policy.chunked import micro_batch_logprobs, set_checkpointing
+from flywheel.policy.export import plain_state, write_export
 from flywheel.policy.logprobs import pad_batch, token_logprobs
 from flywheel.policy.memory import PeakMemory, return_freed_memory
 
@@ -376,23 +376,9 @@ class GRPOTrainer:
         module = self.engine.module
         with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
             state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-            peft_state = None
-            if self.cfg.lora is not None:
-                peft_state, state = state, lora.merged_state(module, state)
-        plain = module.get_base_model() if peft_state is not None else module
-        if getattr(plain.config, "tie_word_embeddings", False):
-            state.pop("lm_head.weight", None)  # the clones are no longer shared: keep one copy
+            plain, state, peft_state = plain_state(module, state, self.cfg.lora is not None)
         if int(os.environ.get("RANK", "0")) == 0:
-            tmp = out_dir.with_name(out_dir.name + ".partial")
-            shutil.rmtree(tmp, ignore_errors=True)
-            plain.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-            if peft_state is not None:
-                module.save_pretrained(tmp / lora.ADAPTER_DIR, state_dict=peft_state, safe_serialization=True)
-            for name, data in self.assets.items():  # tokenizer, chat template, generation config
-                if not (tmp / name).exists():
-                    (tmp / name).write_bytes(data)
-            shutil.rmtree(out_dir, ignore_errors=True)
-            tmp.rename(out_dir)
+            write_export(out_dir, module, plain, state, peft_state, self.assets)
         return str(out_dir)
 
     def save_checkpoint(self, ckpt_dir: str | Path, tag: str) -> None:

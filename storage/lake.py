@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
 from datetime import datetime, timezone
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +36,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from flywheel.storage.s3 import abort_multipart_uploads, endpoint_url, make_filesystem
 from flywheel.storage.schema import (
     SCHEMA_VERSION, TASK_SCHEMA, TRAJECTORY_SCHEMA, TaskSpec, tasks_from_table, to_table, with_cycle,
 )  # fmt: skip
@@ -50,32 +50,6 @@ EXTRA_KINDS = ("carried",)
 
 class LakeError(RuntimeError):
     pass
-
-
-def make_filesystem(uri: str, endpoint: str | None = None, region: str = "us-east-1"):
-    """Return (filesystem, root path inside it) for a local dir or an s3:// URI."""
-    if not uri.startswith("s3://"):
-        root = os.path.abspath(uri)
-        os.makedirs(root, exist_ok=True)
-        return pafs.LocalFileSystem(), root
-    parsed = urlparse(uri)
-    kwargs: dict = {"region": region, "connect_timeout": 3, "request_timeout": 10}
-    if endpoint:
-        ep = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
-        kwargs.update(endpoint_override=ep.netloc, scheme=ep.scheme or "http")
-    fs = pafs.S3FileSystem(
-        **kwargs,
-        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3),
-        allow_bucket_creation=True,
-    )
-    bucket, root = parsed.netloc, (parsed.netloc + parsed.path).rstrip("/")
-    try:
-        info = fs.get_file_info(bucket)
-        if info.type == pafs.FileType.NotFound:
-            fs.create_dir(bucket)
-    except OSError as exc:
-        raise LakeError(f"cannot reach the S3 store {uri} at endpoint {endpoint}: {exc}") from exc
-    return fs, root
 
 
 class Lake:
@@ -218,28 +192,7 @@ class Lake:
         if self.is_s3:  # pyarrow writes even small objects as multipart uploads
             for prefix in (*(self._cycle_dir(k, run_id, cycle) + "/" for k in ("tasks", "trajectories", *EXTRA_KINDS)),
                            marker):  # fmt: skip
-                self._abort_multipart_uploads(prefix)
-
-    def _abort_multipart_uploads(self, prefix: str) -> int:
-        """pyarrow has no call for this, so boto3 does it (same endpoint and credentials)."""
-        import boto3
-
-        bucket, _, key_prefix = prefix.partition("/")
-        s3 = boto3.client("s3", endpoint_url=self._endpoint_url(), region_name=self.region)
-        aborted = 0
-        try:
-            for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
-                for upload in page.get("Uploads", []):
-                    s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
-                    aborted += 1
-        except Exception as exc:  # cleanup is best effort: the data is invisible anyway
-            log.warning("could not list or abort multipart uploads under %s: %s", prefix, exc)
-        return aborted
-
-    def _endpoint_url(self) -> str | None:
-        if not self.endpoint:
-            return None
-        return self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}"
+                abort_multipart_uploads(prefix, self.endpoint, self.region)
 
     def read_marker(self, run_id: str, cycle: int) -> dict:
         return self._read_json(self._marker(run_id, cycle))
@@ -319,7 +272,7 @@ class Lake:
         """fsspec options for `data_files` (s3fs takes credentials from the AWS env/profile)."""
         if not self.is_s3:
             return {}
-        return {"client_kwargs": {"endpoint_url": self._endpoint_url(), "region_name": self.region}}
+        return {"client_kwargs": {"endpoint_url": endpoint_url(self.endpoint), "region_name": self.region}}
 
     def load_dataset(self, kind: str = "trajectories", run_id: str | None = None):
         """The committed rows as a Hugging Face `datasets.Dataset`, through
