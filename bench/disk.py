@@ -43,7 +43,9 @@ def parts(run_dir: Path) -> dict[str, int]:
 
 
 def main() -> None:
-    import flywheel  # noqa: F401  (offline defaults)
+    import flywheel
+
+    flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
     from flywheel.flows.flywheel import flywheel as run_flywheel
     from flywheel.config import FlywheelConfig, apply_overrides
     from flywheel.run.model_prep import build_tiny_model

@@ -34,7 +34,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import flywheel  # noqa: F401  (offline defaults)
+import flywheel  # noqa: E402
+
+flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
 
 
 def conversation(i: int) -> list[dict]:

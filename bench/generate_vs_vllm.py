@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import flywheel  # noqa: F401  (offline defaults)
+import flywheel  # noqa: E402
+
+flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
 
 
 class Parts:

@@ -21,7 +21,9 @@ def main() -> None:
     args = ap.parse_args()
     from safetensors import safe_open
 
-    import flywheel  # noqa: F401
+    import flywheel
+
+    flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
     from flywheel.storage.lake import Lake
 
     run_dir = Path(args.run_dir)

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import flywheel  # noqa: E402
 
-flywheel.use_offline_defaults()
+flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
 from flywheel.environments.judge import Judgement  # noqa: E402
 from flywheel.reports.stats import interval_text  # noqa: E402
 from tests.judge_suite import MemoCache, ObedientJudge, judge_items, load, paid, passes  # noqa: E402

@@ -32,7 +32,9 @@ import json
 import math
 import time
 
-import flywheel  # noqa: F401  (offline defaults)
+import flywheel  # noqa: E402
+
+flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
 
 LEVEL = {4: 1, 16: 2, 64: 3}
 

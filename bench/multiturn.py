@@ -26,7 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-import flywheel  # noqa: F401  (offline defaults)
+import flywheel  # noqa: E402
+
+flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
 
 
 def before(rev: str):

@@ -32,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.generat
 def child(args) -> None:
     from transformers import AutoTokenizer
 
-    import flywheel  # noqa: F401  (offline defaults)
+    import flywheel
+
+    flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
     from bench.generate_vs_vllm import code_tasks
     from flywheel.config import FlywheelConfig
     from flywheel.run.model_prep import resolve_model

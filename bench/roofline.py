@@ -79,7 +79,9 @@ def step_times(model: str, bf16: bool, batch_args) -> tuple[dict, dict, dict]:
 
 
 def main() -> None:
-    import flywheel  # noqa: F401  (offline defaults)
+    import flywheel
+
+    flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
     from bench.update import batch_arguments
     from flywheel.run.model_prep import resolve_model
 

@@ -108,7 +108,9 @@ class TrainerStep:
 
 
 def main() -> None:
-    import flywheel  # noqa: F401  (offline defaults)
+    import flywheel
+
+    flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
 
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?")

@@ -21,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import flywheel  # noqa: F401  (offline defaults)
+import flywheel  # noqa: E402
+
+flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
 from flywheel.config import FlywheelConfig
 from flywheel.reports.summary import curve_png
 from flywheel.reports.results import CycleSummary

@@ -95,7 +95,9 @@ def _peak_rss_gib() -> float:
 
 def _trainer_process(conn, model: str, lora_rank: int) -> None:
     """One trainer in a child process: builds it, reports, then steps on request."""
-    import flywheel  # noqa: F401
+    import flywheel
+
+    flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
     from flywheel.config.training import LoraConfig, TrainerConfig
     from flywheel.policy.trainer import GRPOTrainer
 
@@ -145,7 +147,9 @@ def compare_lora(model: str, batch, rank: int, steps: int) -> None:
 
 
 def main() -> None:
-    import flywheel  # noqa: F401
+    import flywheel
+
+    flywheel.use_offline_defaults()  # no hub look-ups, no telemetry; children inherit them
     from flywheel.config import TrainerConfig
     from flywheel.run.model_prep import resolve_model
     from flywheel.policy.trainer import GRPOTrainer

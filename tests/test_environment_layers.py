@@ -5,8 +5,9 @@ upwards fails here with the file and the import."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from tests.test_layers import imports  # one reader of a file's imports for both layer tests
 
 ROOT = Path(__file__).resolve().parent.parent / "environments"
 
@@ -46,15 +47,6 @@ def room_of_module(name: str) -> str | None:
     if len(parts) == 2:
         return "__init__"
     return parts[2] if (ROOT / parts[2]).is_dir() or (ROOT / f"{parts[2]}.py").is_file() else None
-
-
-def imports(path: Path):
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            yield from ((a.name, node.lineno) for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module, node.lineno
-            yield from ((f"{node.module}.{a.name}", node.lineno) for a in node.names)
 
 
 def test_every_room_is_on_a_floor():
