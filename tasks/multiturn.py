@@ -12,16 +12,13 @@ token budget or on its wall time, and the env scores its final workspace
 BFCL), a reply without a call ends the user's turn instead: the user's next message
 follows, and after the last one the trajectory retires as on `submit`.
 
-Scheduling (policy/engines/requests.py). With an engine that batches continuously
-(vLLM), turns are not in step: a trajectory's next turn joins the engine's running batch
-the moment its tools return, so a short reply never waits for the slowest one of its
-turn, nor a fast tool for the slowest tool, and a short episode is scored and frees its
-workspace while long ones play on. Any other engine plays lockstep turns: ONE `generate`
-call for all live trajectories per turn. At most `max_live` (capped at the sandbox's
-`concurrency`) trajectories hold a workspace; the next starts when one is released. Each
-episode counts its seconds waiting on the engine (`engine_s`: submit to collect; in
-lockstep, the generate call) and tokens sampled in this run (tasks/generate.py's
-`generation_stats` makes the stage's slot utilisation of them).
+Scheduling (tasks/scheduler.py, which plays the episodes made here). With an engine that
+batches continuously (vLLM), each trajectory's next turn goes to the engine as soon as its
+tools return; any other engine plays lockstep turns. At most `max_live` (capped at the
+sandbox's `concurrency`) trajectories hold a workspace; the next starts when one is
+released. Each episode counts its seconds waiting on the engine (`engine_s`: submit to
+collect; in lockstep, the generate call) and tokens sampled in this run
+(tasks/generate.py's `generation_stats` makes the stage's slot utilisation of them).
 
 Tokens and context (tasks/history.py): the engine gets token ids, never a re-encoding of
 the chat, and which part of the transcript it gets each turn is the episode's context
@@ -41,50 +38,34 @@ Trajectory fields (the GRPO convention):
                         token_mean counts only the model's tokens).
   turns                 (step-wise episodes) each request: its prompt as presented, its
                         sampled ids and logprobs, the policy version that sampled them.
-Not done: tool calls inside one turn run sequentially; on CPU vLLM seeds the engine,
-not each request (policy/engines/vllm_engine.py), so continuous turns, whose batches
-depend on timing, do not sample the same text twice; lockstep (`continuous=False`) does.
+Not done: on CPU vLLM seeds the engine, not each request (policy/engines/vllm_engine.py),
+so continuous turns, whose batches depend on timing, do not sample the same text twice;
+lockstep (`continuous=False`) does.
 """
 
 from __future__ import annotations
 
-import collections
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
+from flywheel.environments.base import Score
+from flywheel.environments.sandbox import Limits
 from flywheel.environments.toolkit.agentic import (
     DEFAULT_WEIGHTS,
-    EpisodeBudget,
     MultiTurnEnvironment,
     RewardWeights,
 )
 from flywheel.environments.toolkit.context import ContextPolicy
-from flywheel.environments.base import Score
-from flywheel.environments.sandbox import Limits
-from flywheel.environments.toolkit.tool_formats import ToolFormat, pick, template_has_tools
-from flywheel.environments.toolkit.tools import InvalidCall, execute, parse_tool_calls, step_record, truncate
+from flywheel.environments.toolkit.tool_formats import pick, template_has_tools
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines.base import Sample, SamplingSpec
 from flywheel.policy.engines.requests import open_requests
-from flywheel.storage.schema import TaskSpec, stable_id
-from flywheel.tasks.history import (
-    SUMMARY_REQUEST,
-    History,
-    Live,
-    cut_tokens,
-    has_tool_role,
-    ids_of,
-    opening,
-    turn_records,
-)
-from flywheel.tasks.parking import StageBudget, capture, restore
-
-
-def no_call(fmt: ToolFormat) -> str:
-    """The observation after a reply that called nothing."""
-    return f"[no tool call found: {fmt.no_call_hint}, or call submit]"
+from flywheel.storage.schema import TaskSpec
+from flywheel.tasks.history import History, has_tool_role, ids_of, opening, turn_records
+from flywheel.tasks.parking import StageBudget
+from flywheel.tasks.scheduler import Scheduler
 
 
 @dataclass
@@ -189,7 +170,7 @@ def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: in
     cap = max(1, min(max_live or slots, slots))
     requests = open_requests(engine, tokenizer, continuous)
     with ThreadPoolExecutor(max_workers=cap) as pool:
-        play = _Play(requests, tokenizer, sandbox, pool, cap, max_turns, max_tokens, sampling, step_limits,
+        play = Scheduler(requests, tokenizer, sandbox, pool, cap, max_turns, max_tokens, sampling, step_limits,
                      max_observation_chars, tool_role, weights, fmt, on_episode)  # fmt: skip
         play.version, play.budget, play.episode_seconds = policy_version, stage_budget, episode_seconds
         t0 = time.monotonic()
@@ -202,252 +183,6 @@ def run_episodes(engine, tokenizer, sandbox, jobs: list[tuple], *, max_turns: in
             requests.close()
             play.release_all()
     return episodes
-
-
-class _Play:
-    """The scheduler. A trajectory moves through: acquiring a workspace (pool) -> waiting
-    for its reply (engine) -> acting (pool) -> back to the engine, or scoring and releasing
-    (pool), or parking (pool) once the stage's budget is spent. At most `cap` trajectories
-    hold a workspace; the next one starts as soon as one is released. With a continuous
-    engine each reply goes to the pool the moment it is collected and each next turn to
-    the engine the moment its tools return; with lockstep requests the engine is run only
-    when no trajectory is still acting or starting, so a turn's requests go out as one call."""
-
-    def __init__(self, requests, tokenizer, sandbox, pool, cap, max_turns, max_tokens, sampling, limits,
-                 max_chars, tool_role, weights, fmt, on_episode):  # fmt: skip
-        self.requests, self.tok, self.sandbox, self.pool, self.cap = requests, tokenizer, sandbox, pool, cap
-        self.max_turns, self.max_tokens, self.sampling, self.limits = max_turns, max_tokens, sampling, limits
-        self.max_chars, self.tool_role, self.weights, self.fmt = max_chars, tool_role, weights, fmt
-        self.on_episode = on_episode or (lambda ep: None)
-        self.version, self.episode_seconds = 0, None
-        self.budget: StageBudget | None = None
-        self.closing, self.sampled_total = False, 0  # the stage's budget is spent; tokens sampled
-        self.held: list[Live] = []  # holding a workspace
-        self.starting: dict[Future, Episode] = {}
-        self.acting: dict[Future, Live] = {}
-        self.ending: dict[Future, Live] = {}
-        self.parking: dict[Future, Live] = {}
-        self.asked: dict[str, Live] = {}  # request key -> trajectory
-        self.started: dict[int, float] = {}  # id(episode) -> when it asked for a workspace
-
-    def run(self, flat: list[Episode]) -> None:
-        queue = collections.deque(flat)
-        t0 = time.monotonic()
-        while queue or self.starting or self.acting or self.ending or self.parking or self.asked:
-            if self.budget and not self.closing:
-                self.closing = self.budget.spent(self.sampled_total, time.monotonic() - t0)
-            while queue and len(self.held) + len(self.starting) < self.cap:
-                ep = queue.popleft()
-                if self.closing and self._carry:
-                    ep.parked = True  # not begun here: it keeps what it had (nothing, or its files)
-                    continue
-                self.started[id(ep)] = time.monotonic()
-                self.starting[self.pool.submit(_try(self._acquire), ep)] = ep
-            moved = self._settle()
-            if self.requests.pending() and (self.requests.continuous or not (self.acting or self.starting)):
-                t = time.monotonic()
-                for key, sample in self.requests.collect():
-                    lv = self.asked.pop(key)
-                    lv.ep.engine_s += time.monotonic() - (lv.asked_at if self.requests.continuous else t)
-                    lv.ep.sampled += len(sample.token_ids)
-                    self.sampled_total += len(sample.token_ids)
-                    if lv.add_sample(sample, self.version) == "summary":
-                        lv.install_summary(sample.text)
-                        self._ask(lv)
-                        continue
-                    acting = self.pool.submit(_act, lv, sample, self.limits, self.max_chars, self.fmt)
-                    self.acting[acting] = lv
-            elif not moved:
-                wait([*self.starting, *self.acting, *self.ending, *self.parking], return_when=FIRST_COMPLETED)
-
-    @property
-    def _carry(self) -> bool:
-        """Park the unfinished at the budget (else end and score them)."""
-        return self.budget is None or self.budget.carry
-
-    def _settle(self) -> bool:
-        """Take in every pool job that is done; whether there was any."""
-        done = [f for f in (*self.starting, *self.acting, *self.ending, *self.parking) if f.done()]
-        for f in done:
-            if f in self.starting:
-                ep, got = self.starting.pop(f), f.result()
-                if isinstance(got, Live):
-                    self.held.append(got)
-                    self._ask(got)
-                else:
-                    ep.finish_reason, ep.score = "error", Score(0.0, "error", error=f"no workspace: {got}")
-                    ep.seconds += time.monotonic() - self.started.pop(id(ep))
-                    self.on_episode(ep)
-            elif f in self.acting:
-                lv = self.acting.pop(f)
-                self._after_act(lv, *f.result())  # an exception here ends the run, as it always did
-            elif f in self.parking:
-                lv, tree = self.parking.pop(f), f.result()
-                self.held.remove(lv)
-                lv.ep.seconds += time.monotonic() - self.started.pop(id(lv.ep))
-                if tree.startswith("["):  # the captured tree (a JSON list), else why it failed
-                    lv.ep.workspace_tree, lv.ep.parked = tree, True
-                else:
-                    lv.ep.finish_reason, lv.ep.score = (
-                        "error",
-                        Score(0.0, "error", error=f"parking failed: {tree}"),
-                    )
-                    self.on_episode(lv.ep)
-            else:
-                lv = self.ending.pop(f)
-                score = f.result()
-                if not isinstance(score, Score):
-                    score = Score(0.0, "error", error=f"scoring failed: {score}")
-                lv.ep.score = score
-                lv.ep.seconds += time.monotonic() - self.started.pop(id(lv.ep))
-                self.held.remove(lv)
-                self.on_episode(lv.ep)
-        return bool(done)
-
-    def _over(self, lv: Live) -> bool:
-        budget = lv.ep.env.budget(lv.ep.task)
-        turns = min(self.max_turns, budget.max_turns or self.max_turns)
-        caps = [s for s in (budget.seconds, self.episode_seconds) if s]
-        budget = replace(budget, seconds=min(caps) if caps else None)
-        elapsed = lv.ep.seconds + time.monotonic() - self.started[id(lv.ep)]
-        return _out_of_budget(lv, turns, self.max_tokens, budget, elapsed)
-
-    def _ask(self, lv: Live) -> None:
-        if self._over(lv):
-            return self._end(lv)
-        if self.closing:
-            if self._carry:
-                return self._park(lv)
-            lv.ep.finish_reason = "stage_budget"
-            return self._end(lv)
-        ep = lv.ep
-        turn = len(ep.history.turns)  # == num_turns until a summary is asked for
-        key = stable_id(ep.task.task_id, ep.sample_index, turn, id(lv))
-        seed = self.sampling.seed  # each trajectory's turn its own stream (where the engine seeds requests)
-        if seed is not None:
-            seed = int(stable_id(seed, ep.task.task_id, ep.sample_index, turn), 16) % (2**31)
-        budget = min(self.sampling.max_tokens, self.max_tokens - lv.length())
-        if ep.history.summary_due:
-            budget = min(budget, ep.context.summary_tokens)
-        lv.asked_at = time.monotonic()
-        self.requests.submit(key, lv.prompt(), replace(self.sampling, n=1, max_tokens=budget, seed=seed))
-        self.asked[key] = lv
-
-    def _after_act(self, lv: Live, observations: list[str | dict], submitted: bool) -> None:
-        if submitted:
-            lv.ep.finish_reason = "submit"
-            return self._end(lv)
-        if self._over(lv):
-            return self._end(lv)
-        policy = lv.ep.context
-        msgs = [o if isinstance(o, dict) else  # the user's next turn
-                _result(cut_tokens(self.tok, o, policy.observation_tokens) if policy.cuts_observations else o,
-                        self.tool_role)
-                for o in observations]  # fmt: skip
-        ids = lv.observation_ids(msgs)
-        if lv.wants_summary(len(ids), self.max_tokens):  # the same results, then the request for a summary
-            del lv.ep.messages[-len(msgs) :]
-            msgs = [*msgs, {"role": "user", "content": SUMMARY_REQUEST}]
-            ids = lv.observation_ids(msgs)
-            lv.history.summary_due = True
-        if lv.length(len(ids)) >= self.max_tokens:  # no room left to answer: end before them
-            del lv.ep.messages[-len(msgs) :]  # messages stay in step with the tokens
-            lv.history.summary_due = False
-            lv.ep.finish_reason = "max_tokens"
-            return self._end(lv)
-        lv.commit_observations(ids)
-        self._ask(lv)
-
-    def _end(self, lv: Live) -> None:
-        def score_and_release(lv):
-            try:
-                return lv.ep.env.final_score(lv.ep.task, lv.ws, lv.ep.steps, self.weights)
-            finally:
-                lv.ws.release()
-
-        self.ending[self.pool.submit(_try(score_and_release), lv)] = lv
-
-    def _park(self, lv: Live) -> None:
-        def capture_and_release(lv):
-            try:
-                return capture(lv.ws)
-            finally:
-                lv.ws.release()
-
-        self.parking[self.pool.submit(_try(capture_and_release), lv)] = lv
-
-    def _acquire(self, ep: Episode) -> Live:
-        if ep.workspace_tree is not None:  # parked: its own files again
-            ws, ep.workspace_tree = restore(ep.env, self.sandbox, ep.task, ep.workspace_tree), None
-        else:
-            ws = ep.env.open_workspace(self.sandbox, ep.task)
-        return Live(ep, ws, ep.context, self.tok)
-
-    def release_all(self) -> None:
-        """After a failure: the workspaces of trajectories that did not finish go back."""
-        wait([*self.starting, *self.acting, *self.ending, *self.parking])
-        self.held += [f.result() for f in self.starting if isinstance(f.result(), Live)]
-        ended = {id(lv) for lv in [*self.ending.values(), *self.parking.values()]}
-        for lv in self.held:
-            if id(lv) not in ended:
-                _try(lambda lv: lv.ws.release())(lv)
-
-
-def _result(text: str, tool_role: bool) -> dict:
-    return (
-        {"role": "tool", "content": text}
-        if tool_role
-        else {"role": "user", "content": "Tool result:\n" + text}
-    )
-
-
-def _out_of_budget(lv: Live, max_turns: int, max_tokens: int, budget: EpisodeBudget | None = None,
-                   elapsed: float = 0.0) -> bool:  # fmt: skip
-    if lv.length() >= max_tokens:
-        lv.ep.finish_reason = "max_tokens"
-    elif lv.ep.num_turns >= max_turns:
-        lv.ep.finish_reason = "max_turns"
-    elif budget is not None and budget.seconds is not None and elapsed >= budget.seconds:
-        lv.ep.finish_reason = "time_limit"
-    else:
-        return False
-    return True
-
-
-def _act(lv: Live, sample, limits, max_chars, fmt: ToolFormat) -> tuple[list[str | dict], bool]:
-    """Run the sample's tool calls in order, up to a submit; (observations, submitted).
-    Where the user speaks in turns (`env.user_turns`), a reply without a call ends the
-    user's turn: the observation is the user's next message, or the episode is over."""
-    env = lv.ep.env
-    table = env.tools_at(lv.ep.task, lv.ep.user_turn)
-    limits = env.budget(lv.ep.task).call_limits or limits
-    calls = parse_tool_calls(sample.text, list(table), fmt, table)
-    if not calls and env.user_turns:
-        message = env.next_user_message(lv.ep.task, lv.ws, lv.ep.user_turn)
-        lv.ep.user_turn += 1
-        return ([{"role": "user", "content": message}], False) if message is not None else ([], True)
-    if not calls:
-        invalid = InvalidCall(truncate(sample.text, 300)[0], "no tool call in the reply")
-        lv.ep.steps.append(step_record(invalid, execute(lv.ws, invalid)))
-        return [no_call(fmt)], False
-    observations: list[str | dict] = []
-    for call in calls:
-        result = env.run_call(lv.ep.task, lv.ws, call, table, limits=limits, max_chars=max_chars)
-        lv.ep.steps.append(step_record(call, result))
-        if result.submitted:
-            return observations, True
-        observations.append(result.observation)
-    return observations, False
-
-
-def _try(fn):
-    def wrapped(arg):
-        try:
-            return fn(arg)
-        except Exception as exc:  # noqa: BLE001  one trajectory's infrastructure failure must not end the others
-            return f"{type(exc).__name__}: {exc}"
-
-    return wrapped
 
 
 class _Script:

@@ -12,7 +12,8 @@ from flywheel.environments import get_environment
 from flywheel.environments.toolkit.tool_formats import BY_NAME
 from flywheel.policy.chat import encode_chat
 from flywheel.policy.engines.base import SamplingSpec
-from flywheel.tasks.multiturn import no_call, run_episodes
+from flywheel.tasks.multiturn import run_episodes
+from flywheel.tasks.scheduler import no_call
 from tests.multiturn_fixtures import (  # noqa: F401
     END,
     CharChatTokenizer,

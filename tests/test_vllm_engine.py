@@ -63,7 +63,7 @@ def test_continuous_turns_on_vllm(engine, tiny_model):
         def fail(*_):
             raise RuntimeError("a tool crashed")
 
-        import flywheel.tasks.multiturn as mt
+        import flywheel.tasks.scheduler as mt
 
         real, mt._act = mt._act, fail
         try:
