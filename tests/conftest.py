@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny model (random weights, real SmolLM2 tokenizer), a real
 SeaweedFS S3 server, one Prefect test server and one vLLM OpenAI server (the tiny model;
-~30-90 s to start on CPU) for the whole session."""
+~30-90 s to start on CPU) for the whole session; the tiny model on the `hf` engine for each
+module that asks (the gateway tests)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ def tiny_model(tmp_path_factory) -> str:
     from flywheel.run.model_prep import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_model):
+    from flywheel.config import EngineConfig
+    from flywheel.policy.engines import make_engine
+
+    engine = make_engine(tiny_model, EngineConfig(backend="hf"))
+    yield engine
+    engine.close()
 
 
 @pytest.fixture(scope="session")
