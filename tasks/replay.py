@@ -8,7 +8,7 @@ Episodes (multi-turn domains: repair, terminal, workspace and Harbor tasks) are 
 like any failure: the queued TaskSpec is the one the lake kept, and it carries what its
 episode needs (the starting files and setup commands in `setup_json`; the hidden tests,
 limits and reference in `verifier_json`), so the replay starts from the same workspace
-and is checked the same way (tests/test_agentic_metrics.py). What counts as failed is the
+and is checked the same way (tests/test_agentic_replay.py). What counts as failed is the
 reward, as for every domain: an episode that passed with a less than perfect process
 (an invalid call, a failed step) scores under 1.0 and is queued too, as a near miss.
 Not done: a replay restarts the episode from its first turn, never from the turn where

@@ -88,6 +88,7 @@ def test_kill_9_mid_session_leaves_whole_sessions_or_none_and_never_twice(tiny_m
         futures.append(pool.submit(call, "run-9", "second"))
         while not store.ids() and proc.poll() is None:
             time.sleep(0.001)
+        assert proc.poll() is None, "the gateway died on its own before the kill"  # else nothing below is tested
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         for f in futures:
