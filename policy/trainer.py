@@ -135,6 +135,18 @@ def uses_bf16(cfg) -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+def fit_buckets(ds_config: dict, trainable: list) -> dict:
+    """ZeRO-3's gradient bucket no larger than what trains. DeepSpeed's default
+    (reduce_bucket_size 5e8 elements) allocates a 2 GB float32 buffer per engine whatever
+    the model; for the 135M default that is 1.4 GB reserved and never used, and a process
+    holding a few such engines is refused a fork on a 16 GB machine. A size the config
+    sets is kept."""
+    zero = ds_config.setdefault("zero_optimization", {})
+    if "reduce_bucket_size" not in zero:
+        zero["reduce_bucket_size"] = int(min(5e8, max(1, sum(p.numel() for p in trainable))))
+    return ds_config
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -216,7 +228,7 @@ class GRPOTrainer:
             model = lora.wrap(model, cfg.lora)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.ds_config = ds_config or self.default_ds_config(cfg)
+        self.ds_config = fit_buckets(ds_config or self.default_ds_config(cfg), trainable)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
         self.bf16 = bool(self.ds_config.get("torch_autocast", {}).get("enabled"))  # a given ds_config's say
         self.reference = None

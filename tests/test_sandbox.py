@@ -3,9 +3,9 @@ no host environment, limits enforced, every process killed at the time limit."""
 
 import os
 import time
+from pathlib import Path
 
 import pytest
-
 from flywheel.environments.sandbox import Job, Limits
 from flywheel.environments.sandbox.bwrap import BwrapSandbox
 
@@ -20,12 +20,20 @@ def py(box, code, **kw):
 
 
 def test_runs_code_with_files_and_stdin(box):
-    res = box.run(Job(["python", "main.py"], files={"main.py": "import sys; print(sys.stdin.read().upper())"}, stdin="hi"))
+    res = box.run(
+        Job(
+            ["python", "main.py"],
+            files={"main.py": "import sys; print(sys.stdin.read().upper())"},
+            stdin="hi",
+        )
+    )
     assert res.exit_code == 0 and res.stdout.strip() == "HI" and res.error is None
 
 
 def test_not_root_and_no_capabilities(box):
-    res = py(box, "import os; print(os.getuid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
+    res = py(
+        box, "import os; print(os.getuid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0])"
+    )
     uid, cap_eff = res.stdout.split()
     assert uid != "0" and int(cap_eff, 16) == 0
 
@@ -42,7 +50,10 @@ def test_no_host_files_or_environment(box, tmp_path):
     secret.write_text("TOP SECRET")
     os.environ["FLYWHEEL_TEST_SECRET"] = "s3cr3t"
     try:
-        res = py(box, f"import os; print(os.path.exists({str(secret)!r}), os.path.exists('/root'), dict(os.environ))")
+        res = py(
+            box,
+            f"import os; print(os.path.exists({str(secret)!r}), os.path.exists('/root'), dict(os.environ))",
+        )
     finally:
         del os.environ["FLYWHEEL_TEST_SECRET"]
     assert res.stdout.startswith("False False") and "s3cr3t" not in res.stdout
@@ -65,7 +76,10 @@ def test_wall_time_kills_detached_children(box):
 
 def test_memory_process_and_file_limits(box):
     assert py(box, "x = bytearray(1 << 30)").exit_code != 0
-    assert "BlockingIOError" in py(box, "import os\nfor _ in range(64): os.fork() or __import__('time').sleep(2)").stderr
+    assert (
+        "BlockingIOError"
+        in py(box, "import os\nfor _ in range(64): os.fork() or __import__('time').sleep(2)").stderr
+    )
     assert "File too large" in py(box, "open('big', 'w').write('x' * (2 << 20))").stderr
 
 
@@ -96,8 +110,38 @@ def test_process_backend_is_loudly_unsafe_but_keeps_limits():
 
 def test_make_sandbox_rejects_unknown_backends():
     from flywheel.environments.sandbox import make_sandbox
+
     from flywheel.config import SandboxConfig
 
     assert make_sandbox(SandboxConfig()).name == "bwrap"
     with pytest.raises(ValueError):
         make_sandbox(SandboxConfig.model_construct(backend="firejail"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the drop to nobody happens only when we are root")
+def test_root_starts_workers_as_host_nobody_without_forking_itself(monkeypatch):
+    """Popen(user=...) makes CPython fork() the whole host process (vfork is refused with a
+    uid change), and a host holding gigabytes is then refused the fork (ENOMEM, as CI saw
+    once trainers had run). The drop is setpriv's, in the child: Popen gets no uid."""
+    import subprocess
+
+    from flywheel.environments.sandbox import bwrap
+
+    calls = []
+    real = subprocess.Popen
+
+    def recording(argv, **kw):
+        calls.append(kw)
+        return real(argv, **kw)
+
+    monkeypatch.setattr(bwrap.subprocess, "Popen", recording)
+    sandbox = BwrapSandbox(Limits(wall_s=5), 1)
+    try:
+        assert py(sandbox, "print('up')").stdout.strip() == "up"
+        assert calls and not any({"user", "group", "extra_groups"} & set(kw) for kw in calls)
+        (worker,) = sandbox._all
+        status = Path(f"/proc/{worker.transport.proc.pid}/status").read_text()
+        uids = status.split("Uid:")[1].split("\n")[0].split()
+        assert set(uids) == {str(bwrap.NOBODY)}
+    finally:
+        sandbox.close()

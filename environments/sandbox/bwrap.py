@@ -81,7 +81,7 @@ class BwrapTransport(Transport):
 
     def send(self, data: bytes) -> None:
         while data:
-            data = data[os.write(self.wfd, data):]
+            data = data[os.write(self.wfd, data) :]
 
     def recv(self, n: int, deadline: float) -> bytes:
         chunks, have = [self.buf], len(self.buf)
@@ -136,18 +136,33 @@ class BwrapTransport(Transport):
 class BwrapSandbox(PoolSandbox):
     name = "bwrap"
 
-    def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
-                 recycle_after: int = 0, cgroups: bool = True, libraries: str | None = None,
-                 warmup: tuple[str, ...] = (), binds: tuple[tuple[str, str], ...] = ()):
+    def __init__(
+        self,
+        limits: Limits,
+        concurrency: int = 4,
+        python: str = "/usr/bin/python3",
+        recycle_after: int = 0,
+        cgroups: bool = True,
+        libraries: str | None = None,
+        warmup: tuple[str, ...] = (),
+        binds: tuple[tuple[str, str], ...] = (),
+    ):
         super().__init__(limits, concurrency, python, recycle_after, libraries, warmup)
         # (host path, path inside): read-only, e.g. the gateway's socket for an agent's runs
         self.binds = tuple((os.path.abspath(src), dst) for src, dst in binds)
         self.bwrap = shutil.which("bwrap")
         if self.bwrap is None:
-            raise SandboxUnavailable("bubblewrap is not installed: apt-get install bubblewrap (or sandbox.backend=docker)")
+            raise SandboxUnavailable(
+                "bubblewrap is not installed: apt-get install bubblewrap (or sandbox.backend=docker)"
+            )
         if not os.path.exists(python):
             raise SandboxUnavailable(f"sandbox python {python!r} does not exist (sandbox.python)")
         self.drop_to_nobody = os.geteuid() == 0
+        # drop to nobody with setpriv in the child, not Popen(user=...): CPython then
+        # fork()s this whole process instead of vfork()ing it, and a host process holding
+        # gigabytes (a trainer, an engine) is refused the fork (ENOMEM) where memory is
+        # committed. Popen's way only if util-linux's setpriv is missing.
+        self.setpriv = shutil.which("setpriv") if self.drop_to_nobody else None
         roots = [_own_cgroup("memory"), _own_cgroup("pids")] if cgroups else [None]
         self.cgroup_roots = roots if all(roots) else []
         self.tag = f"flywheel-sbx-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -215,10 +230,16 @@ class BwrapSandbox(PoolSandbox):
     def _spawn(self) -> BwrapTransport:
         cgroups = self._make_cgroups() if self.cgroup_roots else []
         argv = self._argv()
+        if self.setpriv:
+            drop = ["--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+            argv = [self.setpriv, *drop, "--", *argv]
         if cgroups:  # the launcher joins the cgroups itself, so bwrap and all it starts are in them
-            join = 'for f in "$@"; do case $f in --) shift; break;; esac; echo $$ > "$f"; shift; done; exec "$@"'
+            join = (
+                'for f in "$@"; do case $f in --) shift; break;; esac; echo $$ > "$f"; shift; done; exec "$@"'
+            )
             argv = ["/bin/sh", "-c", join, "sh", *[str(c / "cgroup.procs") for c in cgroups], "--", *argv]
-        extra = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if self.drop_to_nobody else {}
+        by_popen = self.drop_to_nobody and not self.setpriv
+        extra = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if by_popen else {}
         errlog = tempfile.TemporaryFile()
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, env={}, cwd="/",
