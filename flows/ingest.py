@@ -17,6 +17,7 @@ is the workload's business (flywheel/config/__init__.py `workloads`, environment
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from collections import Counter
@@ -79,7 +80,10 @@ def count_records(path: str) -> int:
 
         try:
             return pq.ParquetFile(p).metadata.num_rows
-        except (pa.ArrowException, OSError):  # not Parquet: read_rows reports it as the file's one quarantined entry
+        except (
+            pa.ArrowException,
+            OSError,
+        ):  # not Parquet: read_rows reports it as the file's one quarantined entry
             return 0
     if p.is_file() and not p.name.endswith(".gz"):
         with open(p, "rb") as f:
@@ -106,7 +110,9 @@ def ingest_file(store: TraceStore, path: str, cfg: IngestConfig, workload: str |
     t0 = time.monotonic()
     default = workload or cfg.default_workload
     scrubber = Scrubber(cfg.scrub_patterns, cfg.scrub_defaults)
-    batch = stable_id("traces", file_digest(path), default, sorted(scrubber.patterns.items()), cfg.max_message_chars)
+    batch = stable_id(
+        "traces", file_digest(path), default, sorted(scrubber.patterns.items()), cfg.max_message_chars
+    )
     report = IngestReport(file=path, batch=batch)
     if store.has_batch(batch):
         report.already_ingested, report.seconds = True, time.monotonic() - t0
@@ -129,9 +135,12 @@ def ingest_file(store: TraceStore, path: str, cfg: IngestConfig, workload: str |
                 error = str(exc)
         if error:
             reasons[_reason_kind(error)] += 1
-            preview = str(scrubber.scrub_value(raw, Counter())) if raw is not None else ""
+            # the scrubbed record as JSON text (never a Python repr), cut at PREVIEW_CHARS
+            scrubbed = scrubber.scrub_value(raw, Counter()) if raw is not None else None
+            preview = json.dumps(scrubbed, ensure_ascii=False, default=str) if raw is not None else ""
             quarantined.append({"file": path, "where": where, "reason": error,
-                                "record": preview[:PREVIEW_CHARS]})  # fmt: skip
+                                "record": preview[:PREVIEW_CHARS],
+                                "record_cut": len(preview) > PREVIEW_CHARS})  # fmt: skip
             continue
         if trace["trace_id"] in known or trace["trace_id"] in seen:
             report.duplicates += 1
@@ -161,7 +170,9 @@ def expand_paths(paths: list[str]) -> list[str]:
         p = Path(path)
         if not p.exists():
             raise FileNotFoundError(f"ingest: {path} does not exist")
-        if p.is_dir() and not any((p / f).exists() for f in ("dataset_info.json", "dataset_dict.json", "state.json")):
+        if p.is_dir() and not any(
+            (p / f).exists() for f in ("dataset_info.json", "dataset_dict.json", "state.json")
+        ):
             out += [str(f) for f in sorted(p.iterdir()) if f.is_file() and f.name.endswith(LOG_SUFFIXES)]
         else:
             out.append(path)

@@ -49,7 +49,11 @@ def test_scrubber_finds_secrets_and_leaves_figures_alone():
     text = (f"key {SECRETS[0]} aws {SECRETS[1]} gh {SECRETS[2]} mail {SECRETS[3]} call {SECRETS[4]} "
             f"password={SECRETS[5]} Authorization: Bearer abcdefghijklmnop1234 card 4111 1111 1111 1111")  # fmt: skip
     out = s.scrub(text, counts)
-    assert not any(secret in out for secret in SECRETS) and "4111" not in out and "abcdefghijklmnop1234" not in out
+    assert (
+        not any(secret in out for secret in SECRETS)
+        and "4111" not in out
+        and "abcdefghijklmnop1234" not in out
+    )
     assert "password=[REDACTED:secret]" in out  # the key's name stays: the text still reads
     assert counts == {"api_key": 1, "aws_access_key": 1, "github_token": 1, "email": 1, "phone": 1, "secret": 1,
                       "bearer": 1, "card": 1}  # fmt: skip
@@ -65,7 +69,10 @@ def test_record_shapes_and_tool_calls():
     s = Scrubber()
     t = parse_record(blueprint(1, wrong=True), s, Counter())
     assert t["workload_id"] == "invoices" and t["client_id"] == "acme" and t["rating"] == 0.0
-    assert t["corrected"] == '{"total": 101}' and json.loads(t["request_json"]) == {"model": "prod-model", "temperature": 0.2}
+    assert t["corrected"] == '{"total": 101}' and json.loads(t["request_json"]) == {
+        "model": "prod-model",
+        "temperature": 0.2,
+    }
     assert "[REDACTED:email]" in t["messages"][1]["content"] and t["timestamp"].year == 2025
     bare = {"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Weather?"},
                          {"role": "assistant", "content": None, "tool_calls": [
@@ -74,7 +81,11 @@ def test_record_shapes_and_tool_calls():
     t = parse_record(bare, s, Counter(), default_workload="chat")
     assert t["workload_id"] == "chat" and t["messages"][0]["role"] == "system" and t["rating"] == 1.0
     assert t["response"]["tool_calls"] == [{"id": "c1", "name": "weather", "arguments": '{"city": "Oslo"}'}]
-    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}
+    parts = {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+        ]
+    }
     assert parse_record(parts, s, Counter())["messages"][0]["content"] == "ab"
     # the same content is the same trace, whatever else the record says
     assert parse_record(blueprint(2), s, Counter())["trace_id"] == parse_record(
@@ -116,6 +127,11 @@ def test_ingest_exactly_once_scrubbed_with_quarantine(tmp_path):
     quarantined = store.quarantine(report.batch)
     assert [q["where"] for q in quarantined] == ["line 12", "line 13", "line 14", "line 15", "line 16"]
     assert all(q["file"] == path for q in quarantined)
+    # records are JSON text, never Python reprs: the unknown role's reads back; the long one is cut
+    assert json.loads(quarantined[1]["record"]) == {"messages": [{"role": "robot", "content": "x"}]}
+    assert (
+        quarantined[2]["record_cut"] and not quarantined[1]["record_cut"] and quarantined[0]["record"] == ""
+    )
     # nothing written anywhere in the lake holds a secret, the quarantine included
     written = b"".join(p.read_bytes() for p in (tmp_path / "lake").rglob("*") if p.is_file())
     assert not any(s.encode() in written for s in SECRETS[:4])
@@ -147,7 +163,9 @@ def test_a_killed_ingest_leaves_nothing_visible_and_reruns(tmp_path, monkeypatch
     monkeypatch.setattr(store.lake, "_write_bytes", real_write)
     report = ingest_file(store, path, IngestConfig())
     assert report.new == 4 and store.traces().num_rows == 4
-    assert len(list((tmp_path / "lake" / "traces").rglob("*.parquet"))) == 1  # the partial files were replaced
+    assert (
+        len(list((tmp_path / "lake" / "traces").rglob("*.parquet"))) == 1
+    )  # the partial files were replaced
 
 
 def test_ingest_parquet_into_s3(seaweedfs, tmp_path):
@@ -183,7 +201,9 @@ def test_cli_ingest_reports_and_refuses_bad_input(prefect_server, tmp_path):
     assert TraceStore(Lake(str(tmp_path / "lake"))).traces().num_rows == 5
     missing = runner.invoke(app, ["ingest", str(tmp_path / "nope.jsonl"), "--store", str(tmp_path / "lake")])
     assert missing.exit_code == 2 and "nope.jsonl" in missing.output
-    bad = runner.invoke(app, ["ingest", path, "--store", str(tmp_path / "lake"), "--set", "ingest.scrub_patterns={x: '('}"])
+    bad = runner.invoke(
+        app, ["ingest", path, "--store", str(tmp_path / "lake"), "--set", "ingest.scrub_patterns={x: '('}"]
+    )
     assert bad.exit_code == 2 and "'x' is not a valid regular expression" in bad.output
 
 
@@ -233,6 +253,8 @@ def test_traces_are_a_view_in_query(tmp_path):
 
     lake = Lake(str(tmp_path / "lake"))
     assert connect(lake).execute("SELECT count(*) FROM traces").fetchone() == (0,)
-    ingest_file(TraceStore(lake), write_jsonl(tmp_path / "a.jsonl", [blueprint(i) for i in range(4)]), IngestConfig())
+    ingest_file(
+        TraceStore(lake), write_jsonl(tmp_path / "a.jsonl", [blueprint(i) for i in range(4)]), IngestConfig()
+    )
     rows = connect(lake).execute("SELECT workload_id, count(*) FROM traces GROUP BY ALL").fetchall()
     assert rows == [("invoices", 4)]

@@ -1,0 +1,130 @@
+"""Every command the README shows is run as written: by CI (.ci/run runs the set-up and the
+test command), by a test here, or by a `slow` test here (the full runs: minutes each). A
+command added to the README without a place in WHERE fails the first test, and so does a
+WHERE entry the README no longer shows.
+
+The commands run in a directory of their own that links the repository's `.venv`,
+`examples`, `recipes` and `scripts`, so that `runs/` lands there, as a user's would in a
+clone, and not in this checkout."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+MAIN_RUN = "bash scripts/setup.sh && .venv/bin/flywheel run --cycles 2"
+TESTS = "bash scripts/setup.sh && .venv/bin/pytest -q"
+CHECK = ".venv/bin/flywheel check --set 'sampler.domains=[file:examples/tasks/starter.jsonl]'"
+OWN_RUN = ".venv/bin/flywheel run --set 'sampler.domains=[file:examples/tasks/starter.jsonl]' --run-id mine"
+INGEST = ".venv/bin/flywheel ingest examples/traces/invoices.jsonl --run-id prod"
+PROD_RUN = ".venv/bin/flywheel run --config recipes/cpu-production.yaml --run-id prod"
+PROD_REPORT = ".venv/bin/flywheel report --by workload --config recipes/cpu-production.yaml --run-id prod"
+PROD_DEPLOY = ".venv/bin/flywheel deploy --run-id prod --to http://127.0.0.1:8000 --version current --dry-run"
+NOTEBOOK = "python: from flywheel import FlywheelConfig, evaluate, flywheel"
+
+# command -> what runs it as written
+WHERE = {
+    MAIN_RUN: "test_the_first_run (slow); CI runs the set-up",
+    TESTS: "CI (.ci/run)",
+    CHECK: "test_checking_your_own_tasks",
+    OWN_RUN: "test_your_own_tasks_run (slow)",
+    INGEST: "test_ingesting_your_logs, test_the_production_loop (slow)",
+    PROD_RUN: "test_the_production_loop (slow)",
+    PROD_REPORT: "test_the_production_loop (slow)",
+    PROD_DEPLOY: "test_the_production_loop (slow)",
+    NOTEBOOK: "test_the_notebook_lines (slow)",
+}
+
+
+def readme_commands() -> list[str]:
+    """Each line of the README's bash blocks (a trailing `# comment` dropped), and each
+    python block by its first line."""
+    text = README.read_text()
+    found = []
+    for lang, body in re.findall(r"```(\w+)\n(.*?)```", text, re.S):
+        if lang == "bash":
+            found += [re.sub(r"\s+#.*$", "", ln).strip() for ln in body.splitlines() if ln.strip()]
+        elif lang == "python":
+            found.append(f"python: {body.splitlines()[0].strip()}")
+    return found
+
+
+def python_block() -> str:
+    return next(
+        body for lang, body in re.findall(r"```(\w+)\n(.*?)```", README.read_text(), re.S) if lang == "python"
+    )
+
+
+def test_every_readme_command_has_a_place_and_no_place_is_stale():
+    shown = readme_commands()
+    assert shown, "no commands found in the README"
+    assert not set(shown) - set(WHERE), f"README commands nothing runs: {sorted(set(shown) - set(WHERE))}"
+    assert not set(WHERE) - set(shown), (
+        f"WHERE lists commands the README no longer shows: {set(WHERE) - set(shown)}"
+    )
+    ci = (ROOT / ".ci/run").read_text()
+    assert (
+        "bash scripts/setup.sh" in ci and ".venv/bin/pytest -q" in ci
+    )  # TESTS, as written, split by CI's set-up
+
+
+@pytest.fixture
+def clone_dir(tmp_path):
+    for name in (".venv", "examples", "recipes", "scripts"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
+
+
+def sh(command: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_URL", "FLYWHEEL_"))}
+    proc = subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, (
+        f"{command!r} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
+    return proc
+
+
+def test_checking_your_own_tasks(clone_dir):
+    out = sh(CHECK, clone_dir, 600)
+    assert "starter" in out.stdout + out.stderr
+    assert not (clone_dir / "runs").exists() or not any((clone_dir / "runs").iterdir()), "check started a run"
+
+
+def test_ingesting_your_logs(clone_dir):
+    sh(INGEST, clone_dir, 600)
+    count = sh(
+        ".venv/bin/flywheel query 'select count(*) from traces' --run-id prod --format csv", clone_dir, 300
+    )
+    assert int(count.stdout.strip().splitlines()[-1]) > 0
+
+
+@pytest.mark.slow
+def test_the_first_run(clone_dir):
+    out = sh(MAIN_RUN, clone_dir, 3600)
+    assert "pass@1" in out.stdout
+
+
+@pytest.mark.slow
+def test_your_own_tasks_run(clone_dir):
+    sh(OWN_RUN, clone_dir, 3600)
+    assert (clone_dir / "runs/mine").is_dir()
+
+
+@pytest.mark.slow
+def test_the_production_loop(clone_dir):
+    for command in (INGEST, PROD_RUN, PROD_REPORT, PROD_DEPLOY):
+        sh(command, clone_dir, 3600)
+
+
+@pytest.mark.slow
+def test_the_notebook_lines(clone_dir):
+    sh(f".venv/bin/python - <<'EOF'\n{python_block()}\nEOF", clone_dir, 3600)
