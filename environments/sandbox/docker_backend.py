@@ -24,7 +24,9 @@ uid without a user namespace, so `pids_limit` (from the pool's limits, not per j
 bounds them.
 
 The image is built locally, without a registry (`flywheel sandbox build-image`,
-docker_image.py).
+docker_image.py). A pool may run another image, a Harbor task's own
+(environments/sources/harbor_docker.py), with `env`, its ENV, given to every command; an
+image's ENTRYPOINT, CMD and HEALTHCHECK are never used (the worker is pid 1, nothing else).
 
 Several hosts (`hosts`, from `sandbox.docker_hosts`; empty: the environment's
 DOCKER_HOST): workers are spread over the healthy hosts, which docker_hosts.py checks.
@@ -164,11 +166,12 @@ class DockerSandbox(PoolSandbox):
     def __init__(self, limits: Limits, concurrency: int = 4, python: str = "/usr/bin/python3",
                  recycle_after: int = 10_000, image: str = DEFAULT_IMAGE, hosts: list[str] | None = None,
                  health_interval_s: float | None = None, transport: str = "auto", libraries: str | None = None,
-                 warmup: tuple[str, ...] = ()):
+                 warmup: tuple[str, ...] = (), env: dict[str, str] | None = None):
         if transport not in ("auto", "socket", "attach"):
             raise ValueError(f"docker transport must be auto, socket or attach, not {transport!r}")
         super().__init__(limits, concurrency, python, recycle_after, libraries, warmup)
         self.image, self.transport = image, transport
+        self.env = dict(env or {})  # a task image's ENV, for every command (worker_child.task_environment)
         self.tag = f"{os.getpid()}-{id(self):x}"
         self.retried = 0  # one-shot jobs run again because their host was lost
         self.retired = 0  # workers retired from a crowded host to even out the load
@@ -244,13 +247,15 @@ class DockerSandbox(PoolSandbox):
         )  # fmt: skip
         cid = None
         try:
-            cid = api.create_container(
-                self.image, command, user=f"{NOBODY}:{NOBODY}",
+            cid = api.create_container(  # the image's ENTRYPOINT, CMD and HEALTHCHECK are not used
+                self.image, command[1:], entrypoint=command[:1], healthcheck={"test": ["NONE"]},
+                user=f"{NOBODY}:{NOBODY}",
                 working_dir="/work", network_disabled=True, host_config=host_config, labels={LABEL: self.tag},
                 environment={"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8",
                              "PYTHONDONTWRITEBYTECODE": "1", "LD_BIND_NOW": "1",  # see bwrap.py
                              # the image holds sandbox.libraries at LIBRARIES when it was built with them
-                             "FLYWHEEL_LIB": LIBRARIES, "FLYWHEEL_WARMUP": json.dumps(self.warmup)},
+                             "FLYWHEEL_LIB": LIBRARIES, "FLYWHEEL_WARMUP": json.dumps(self.warmup),
+                             **({"FLYWHEEL_ENV": json.dumps(self.env)} if self.env else {})},
                 stdin_open=listener is None,  # with detach=False the SDK also sets StdinOnce
             )["Id"]  # fmt: skip
             container = host.client.containers.get(cid)

@@ -50,7 +50,7 @@ import sys
 import time
 
 if __name__ != "__main__":  # on the host (a reader, a linter): in the sandbox the four files are one program
-    from flywheel.environments.sandbox.worker_child import IGNORED, child, install, prepare
+    from flywheel.environments.sandbox.worker_child import IGNORED, child, install, prepare, task_environment
     from flywheel.environments.sandbox.worker_startup import libc, load_libraries, share_code_mappings, warm_up
     from flywheel.environments.sandbox.worker_workspace import TMP, WORK, put, restore, safe_path, take_snapshot, wipe
 
@@ -241,6 +241,7 @@ def main():
         signal.signal(sig, signal.SIG_IGN)
     stdio = [open(fd, "w" if fd else "r", encoding="utf-8", closefd=False,
                   errors="backslashreplace" if fd == 2 else "strict") for fd in (0, 1, 2)]
+    task_environment()
     load_libraries()
     keep = {"path": list(sys.path), "compiled": {}, "rlimits": {}, "main": {}, "argv": {},
             # what the worker replaces stays referenced here, never finalized

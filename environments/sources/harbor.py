@@ -8,19 +8,25 @@ a directory of them (one or two levels down). The `harbor` package does not inst
 this Python, so the documented format is read here with the standard library (tomllib);
 none of its code is used.
 
-How a task is played here: as a workspace task (environments/sources/workspace_tasks.py)
-in the run's bwrap sandbox, when its Dockerfile declares nothing the host lacks:
+How a task is played here, as a workspace task (environments/sources/workspace_tasks.py):
+1. in containers of its own image, when a docker engine answers (DOCKER_HOST) and the
+   image is there or builds from local layers, offline (environments/sources/harbor_docker.py:
+   the build, the probe for a python3 to host the sandbox worker, one docker pool per image
+   with the docker backend's isolation, closed with the domain by `close()`);
+2. else in the run's sandbox (bwrap), when its Dockerfile declares nothing the host lacks:
 - FROM any base; WORKDIR (default /app) becomes the workspace, /work;
 - COPY/ADD of files from the build context become starting files (text only);
 - RUN lines that install packages (apt-get, apk, yum, pip) are dropped when the sandbox
   already has every package named (a command of that name resolving under /usr, which is
   all the sandbox binds, or a python module the sandbox's python imports); other RUN
   lines become setup commands;
-- anything else (ENV, a USER that matters, CMD/ENTRYPOINT services, docker-compose, a
-  prebuilt `docker_image` without a Dockerfile, a package the host lacks) needs the task's
-  own container. Such a task is listed in the quarantine "cannot run here: ..." with the
-  reason and whether docker can reach the image: never dropped silently. Not done:
-  running those in their own container (the docker backend takes one image per pool).
+- anything else (ENV, a USER that matters, CMD/ENTRYPOINT services, a prebuilt
+  `docker_image` without a Dockerfile, a package the host lacks) needs the task's own
+  container;
+3. else (and always for docker-compose, several containers) it is listed in the quarantine
+   "cannot run here: ..." with what the workspace lacks and why docker cannot run it (no
+   engine, a FROM image not present, nothing is pulled, a build that fails offline, no
+   python3 in the image): never dropped silently.
 The container paths the scripts name are rewritten for the workspace: WORKDIR -> /work,
 /tests -> /tmp/tests, /logs -> /tmp/logs (the hidden-test harness creates both after the
 episode, environments/sources/workspace_run.py). task.toml: [metadata] difficulty (easy,
@@ -31,6 +37,7 @@ as a reference (the check then only tests that the untouched workspace fails).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -39,6 +46,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+from flywheel.environments.sources.harbor_docker import Engine, ImagePools, copy_command
 from flywheel.environments.sources.workspace_files import as_text, check_path, directory_files
 from flywheel.environments.sources.workspace_tasks import WorkspaceTasks, WorkspaceTaskError
 from flywheel.environments.verifiers.base import RowError
@@ -181,25 +189,10 @@ def parse_environment(env_dir: Path, workdir_default: str = "/app") -> tuple[str
     return workdir, files, setup
 
 
-def docker_note(image: str | None) -> str:
-    """Whether docker could run the task's own container here."""
-    if shutil.which("docker") is None:
-        return "docker is not installed"
-    try:
-        probe = subprocess.run(
-            ["docker", "image", "inspect", image or "none"], capture_output=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "docker does not answer"
-    if b"Cannot connect" in probe.stderr:
-        return "the docker daemon is not reachable"
-    if probe.returncode == 0 and image:
-        return f"docker has image {image}, but tasks run in one shared sandbox image here"
-    return "docker answers, but the task's image is not built here"
-
-
-def read_task(d: Path) -> dict:
-    """A workspace-task row for Harbor task directory `d`; RowError with the reason."""
+def read_task(d: Path, engine: Engine | None = None) -> dict:
+    """A workspace-task row for Harbor task directory `d`; RowError with the reason. In
+    the task's own container when `engine` can build (or has) its image, else in the
+    workspace when the Dockerfile declares nothing the host lacks."""
     try:
         config = tomllib.loads(as_text((d / "task.toml").read_bytes(), "task.toml"))
     except tomllib.TOMLDecodeError as exc:
@@ -210,13 +203,28 @@ def read_task(d: Path) -> dict:
         raise RowError("no tests/test.sh")
     meta, env_cfg = config.get("metadata") or {}, config.get("environment") or {}
     verifier, agent = config.get("verifier") or {}, config.get("agent") or {}
-    if env_cfg.get("docker_image") and not (d / "environment" / "Dockerfile").is_file():
-        raise RowError(f"cannot run here: needs the prebuilt image {env_cfg['docker_image']!r} "
-                       f"({docker_note(env_cfg['docker_image'])})")  # fmt: skip
-    try:
-        workdir, files, setup = parse_environment(d / "environment")
-    except RowError as exc:
-        raise RowError(f"{exc} ({docker_note(env_cfg.get('docker_image'))})") from None
+    env_dir, prebuilt = d / "environment", env_cfg.get("docker_image")
+    if (env_dir / "docker-compose.yaml").is_file() or (env_dir / "docker-compose.yml").is_file():
+        raise RowError("cannot run here: several containers (docker-compose)")
+    dockerfile = env_dir / "Dockerfile"
+    lines = _lines(as_text(dockerfile.read_bytes(), "Dockerfile")) if dockerfile.is_file() else None
+    container, why = None, ""
+    if engine is not None and (lines is not None or prebuilt):
+        try:
+            container = engine.container(env_dir, lines, prebuilt)
+        except RowError as exc:
+            why = str(exc)
+    if container is not None:
+        workdir, files, setup = container["workdir"], {}, [copy_command(container)]
+    elif prebuilt and lines is None:
+        raise RowError(
+            f"cannot run here: needs the prebuilt image {prebuilt!r}" + (f" ({why})" if why else "")
+        )
+    else:
+        try:
+            workdir, files, setup = parse_environment(env_dir)
+        except RowError as exc:
+            raise RowError(f"{exc} ({why})" if why else str(exc)) from None
     tests = {name: rewrite(text, workdir) for name, text in directory_files(d / "tests").items()}
     solution = None
     sol_dir = d / "solution"
@@ -230,7 +238,7 @@ def read_task(d: Path) -> dict:
         "tests": {"command": "bash /tmp/tests/test.sh", "files": tests,
                   "timeout": float(verifier.get("timeout_sec", 120))},
         "metadata": {"harbor": {k: v for k, v in meta.items() if isinstance(v, (str, int, float, list))},
-                     "workdir": workdir},
+                     "workdir": workdir, **({"container": container} if container else {})},
     }  # fmt: skip
     if agent.get("timeout_sec"):
         row["limits"] = {"episode_seconds": float(agent["timeout_sec"])}
@@ -255,11 +263,36 @@ class HarborTasks(WorkspaceTasks):
             raise WorkspaceTaskError(f"harbor: no task directory (with a task.toml) under {path}")
         self.load(self._rows(root, dirs))
 
+    def _setup_state(self) -> None:
+        super()._setup_state()
+        self.pools = ImagePools()
+
     @staticmethod
     def _rows(root: Path, dirs: list[Path]):
-        for d in dirs:
-            where = str(d.relative_to(root)) if d != root else d.name
-            try:
-                yield where, read_task(d), "", None
-            except (RowError, OSError, ValueError) as exc:
-                yield where, None, str(exc), None
+        engine = Engine()
+        try:
+            for d in dirs:
+                where = str(d.relative_to(root)) if d != root else d.name
+                try:
+                    yield where, read_task(d, engine), "", None
+                except (RowError, OSError, ValueError) as exc:
+                    yield where, None, str(exc), None
+        finally:
+            engine.close()
+
+    @staticmethod
+    def _container(task) -> dict | None:
+        return json.loads(task.setup_json)["metadata"].get("container")
+
+    def open_workspace(self, sandbox, task):
+        """In the task image's pool when the task has its own container, else in `sandbox`."""
+        container = self._container(task)
+        return super().open_workspace(self.pools.get(container, sandbox) if container else sandbox, task)
+
+    def test_env(self, task) -> dict[str, str]:
+        container = self._container(task)
+        return container["env"] if container else {}
+
+    def close(self) -> None:
+        """The task images' pools (a later episode starts them again)."""
+        self.pools.close()

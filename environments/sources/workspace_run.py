@@ -12,7 +12,8 @@ bench/workspace_reset.py measures both against running the setup every episode.
 Hidden tests (`run_hidden`), after the episode, never before: the harness (ours, tagged
 with a nonce, environments/tagged.py) removes whatever the episode left at /tmp/tests and
 /tmp/logs (a link, files), writes the test files to /tmp/tests, runs the task's command with
-bash in /work in a process of its own (the nonce stays in the harness), and reports, in
+bash in /work in a process of its own (the nonce stays in the harness; it sees PATH, HOME,
+LANG and a task image's ENV, harbor_docker.py), and reports, in
 this order of precedence: a reward Harbor-style (/tmp/logs/verifier/reward.txt, a number,
 or reward.json's "reward"); per-test outcomes (results.json at $RESULTS, or the last JSON
 line of the command's output when the task asks for "json"): {"tests": [{"name",
@@ -90,7 +91,7 @@ for name, content in spec["files"].items():
         with open(p, "w") as f:
             f.write(content)
 os.makedirs("/tmp/tests", exist_ok=True)
-env = {"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8", "TESTS_DIR": "/tmp/tests",
+env = {"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8", **spec["env"], "TESTS_DIR": "/tmp/tests",
        "LOGS_DIR": "/tmp/logs", "RESULTS": "/tmp/tests/results.json"}
 start = time.monotonic()
 with open("/tmp/logs/test-output.txt", "wb") as log:
@@ -186,11 +187,13 @@ class Outcome:
     forged: bool = False
 
 
-def run_hidden(ws, tests: dict) -> Outcome:
-    """Run the task's hidden tests in `ws` (see the module's docstring)."""
+def run_hidden(ws, tests: dict, env: dict[str, str] | None = None) -> Outcome:
+    """Run the task's hidden tests in `ws` (see the module's docstring); `env`: variables
+    they see besides PATH, HOME and LANG (a task image's ENV)."""
     nonce = new_nonce()
     timeout = float(tests.get("timeout", 120))
-    spec = {"nonce": nonce, "files": tests.get("files", {}), "command": tests["command"], "timeout": timeout}
+    spec = {"nonce": nonce, "files": tests.get("files", {}), "command": tests["command"], "timeout": timeout,
+            "env": env or {}}  # fmt: skip
     res = ws.run(["python", "-I", "-c", HIDDEN], stdin=json.dumps(spec),
                  limits=Limits(wall_s=timeout + 10, cpu_s=int(timeout) + 10, output_bytes=1 << 20))  # fmt: skip
     report, problem = read_tagged_output(nonce, res)

@@ -359,11 +359,15 @@ class WorkspaceTasks(MultiTurnEnvironment):
                                    Limits(wall_s=120, cpu_s=120, output_bytes=1 << 16))  # fmt: skip
 
     def final_score(self, task, ws, steps, weights=DEFAULT_WEIGHTS) -> Score:
-        result = run_hidden(ws, json.loads(task.verifier_json)["tests"])
+        result = run_hidden(ws, json.loads(task.verifier_json)["tests"], self.test_env(task))
         hack = ["a forged or malformed result line from the hidden tests"] if result.forged else None
         # the start is taken as 0: a row whose untouched workspace passes is quarantined "trivial"
         return self.make_score(result.outcome, 0.0, result.outcome, steps, weights=weights, passed=result.passed,
                                total=result.total, hack=hack, error=result.error)  # fmt: skip
+
+    def test_env(self, task) -> dict[str, str]:
+        """Variables the hidden tests see besides PATH, HOME and LANG (harbor.py: a task image's ENV)."""
+        return {}
 
     def reference_calls(self, task):
         solution = json.loads(task.verifier_json).get("solution")

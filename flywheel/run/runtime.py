@@ -256,6 +256,9 @@ class Runtime:
         self.fanout.close()
         if self._engine is not None:
             self._engine.close()
+        for env in self.domains:  # a domain's own sandboxes (harbor: its task images' pools)
+            if callable(getattr(env, "close", None)):
+                env.close()
         self.sandbox.close()
 
 
