@@ -100,6 +100,7 @@ def test_sync_tolerance_and_mismatch_correction_follow_both_dtypes():
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # the CI set has two ranks (test_update_job) and bf16 steps (above); this is both at once
 def test_two_bf16_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
     """bf16 across ZeRO-3 ranks (torchrun, gloo): weights gathered and gradients reduced in
     float32 (no lower-precision modules), so two ranks export float32 weights and the same
