@@ -3,8 +3,8 @@ test command), by a test here, or by a `slow` test here (the full runs: minutes 
 command added to the README without a place in WHERE fails the first test, and so does a
 WHERE entry the README no longer shows.
 
-The commands run in a directory of their own that links the repository's `.venv`,
-`examples`, `recipes` and `scripts`, so that `runs/` lands there, as a user's would in a
+The commands run in a directory of their own that links the repository's virtualenvs,
+`examples`, `recipes`, `scripts` and `requirements`, so that `runs/` lands there, as a user's would in a
 clone, and not in this checkout."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ OWN_RUN = ".venv/bin/flywheel run --set 'sampler.domains=[file:examples/tasks/st
 INGEST = ".venv/bin/flywheel ingest examples/traces/invoices.jsonl --run-id prod"
 PROD_RUN = ".venv/bin/flywheel run --config recipes/cpu-production.yaml --run-id prod"
 PROD_REPORT = ".venv/bin/flywheel report --by workload --config recipes/cpu-production.yaml --run-id prod"
+PROD_EVAL = ".venv/bin/flywheel eval --config recipes/cpu-production.yaml --run-id prod --version 0"
 PROD_DEPLOY = ".venv/bin/flywheel deploy --run-id prod --to http://127.0.0.1:8000 --version current --dry-run"
 NOTEBOOK = "python: from flywheel import FlywheelConfig, evaluate, flywheel"
 
@@ -38,6 +39,7 @@ WHERE = {
     INGEST: "test_ingesting_your_logs, test_the_production_loop (slow)",
     PROD_RUN: "test_the_production_loop (slow)",
     PROD_REPORT: "test_the_production_loop (slow)",
+    PROD_EVAL: "test_the_production_loop (slow)",
     PROD_DEPLOY: "test_the_production_loop (slow)",
     NOTEBOOK: "test_the_notebook_lines (slow)",
 }
@@ -77,7 +79,7 @@ def test_every_readme_command_has_a_place_and_no_place_is_stale():
 
 @pytest.fixture
 def clone_dir(tmp_path):
-    for name in (".venv", "examples", "recipes", "scripts"):
+    for name in (".venv", ".venv-mlflow", "examples", "recipes", "scripts", "requirements"):
         (tmp_path / name).symlink_to(ROOT / name)
     return tmp_path
 
@@ -121,7 +123,7 @@ def test_your_own_tasks_run(clone_dir):
 
 @pytest.mark.slow
 def test_the_production_loop(clone_dir):
-    for command in (INGEST, PROD_RUN, PROD_REPORT, PROD_DEPLOY):
+    for command in (INGEST, PROD_RUN, PROD_REPORT, PROD_EVAL, PROD_DEPLOY):
         sh(command, clone_dir, 3600)
 
 

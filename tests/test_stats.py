@@ -74,7 +74,20 @@ def test_cells_of_one_task_are_pooled_not_frozen():
     a = {f"t{i}": 0 for i in range(51)}
     b = {**a, "t0": 1}
     p = paired(a, b, cells={f"t{i}": f"cell{i}" for i in range(51)})
-    assert p.low == 0.0 < p.high and p.low <= p.diff <= p.high
+    assert p.low < 0.0 < p.high and p.low <= p.diff <= p.high
+
+
+def test_pass_fail_pairs_that_all_moved_alike_get_an_honest_interval():
+    """14 tasks failed by one policy and passed by the other: every resample of the
+    differences is +1, so the bootstrap alone said "+100 to +100". Newcombe's paired
+    interval (checked by hand: Wilson 0/14 is [0, 0.2153]) gives [1 - 0.3045, 1]."""
+    a, b = {f"t{i}": 0 for i in range(14)}, {f"t{i}": 1 for i in range(14)}
+    p = paired(a, b)
+    assert p.diff == 1.0 and p.high == 1.0 and p.low == pytest.approx(0.6955, abs=1e-3) and p.resolvable
+    same = paired(a, dict(a))
+    assert same.low < 0 < same.high  # no pairs differ: not "0 to 0" either
+    reward = paired({"x": 0.2, "y": 0.4}, {"x": 0.3, "y": 0.5})  # not pass/fail: the bootstrap's alone
+    assert reward.low == pytest.approx(0.1) and reward.high == pytest.approx(0.1)
 
 
 def test_the_run_line_names_the_version_it_compares_against():
@@ -104,7 +117,9 @@ def test_zero_variance_bench_gives_the_ratio_of_shares_an_interval():
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("zero_variance", Path(__file__).parents[1] / "bench" / "zero_variance.py")
+    spec = importlib.util.spec_from_file_location(
+        "zero_variance", Path(__file__).parents[1] / "bench" / "zero_variance.py"
+    )
     zv = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(zv)
     est, lo, hi = zv.ratio([1] * 180 + [0] * 120, [1] * 60 + [0] * 240)

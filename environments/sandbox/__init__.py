@@ -30,8 +30,10 @@ def libraries_dir(cfg) -> str | None:
     if cfg.libraries:
         if not os.path.isdir(cfg.libraries):
             raise ValueError(f"sandbox.libraries {cfg.libraries!r} is not a directory")
-        return os.path.abspath(cfg.libraries)
-    default = os.path.join(sys.prefix, "sandbox-lib")
+        return os.path.realpath(cfg.libraries)
+    # the real path: bwrap opens it as `nobody`, who may not traverse the directory of a link
+    # (a venv reached through a symlink in a private dir: python keeps the link in sys.prefix)
+    default = os.path.realpath(os.path.join(sys.prefix, "sandbox-lib"))
     return default if os.path.isdir(default) else None
 
 

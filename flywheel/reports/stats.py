@@ -7,7 +7,10 @@
   (resampling tasks keeps the pairing, so task difficulty cancels), and whether it is
   resolvable: an interval that spans 0 is reported as "no resolvable difference".
   Cells (domain, level) are resampled within themselves when given, so the mix of cells
-  stays that of the evaluation.
+  stays that of the evaluation. The bootstrap collapses where every pair differs alike
+  (14 tasks all failed before and all passed after: "+100 to +100"); for pass/fail scores
+  the interval is therefore widened to hold Newcombe's hybrid score interval for paired
+  proportions too (Wilson-based, so honest at 0/n and n/n: +69.6 to +100 there).
 - `seeds_paired(a_runs, b_runs)`: two training recipes, each run at several seeds and
   evaluated on the same tasks (an ablation): the difference of their means, resampling
   both the runs of each side and the tasks, so the interval holds seed-to-seed training
@@ -87,8 +90,29 @@ def paired(a: dict, b: dict, cells: dict | None = None, rounds: int = 10_000, se
     means.sort()
     lo, hi = means[int(0.025 * rounds)], means[min(rounds - 1, int(0.975 * rounds))]
     mean = sum(diffs.values()) / len(ids)
+    if all(float(v[i]) in (0.0, 1.0) for v in (a, b) for i in ids):
+        n_lo, n_hi = newcombe_paired([float(a[i]) for i in ids], [float(b[i]) for i in ids])
+        lo, hi = min(lo, n_lo), max(hi, n_hi)
     return Paired(len(ids), sum(float(a[i]) for i in ids) / len(ids), sum(float(b[i]) for i in ids) / len(ids),
                   mean, lo, hi)  # fmt: skip
+
+
+def newcombe_paired(a: list[float], b: list[float]) -> tuple[float, float]:
+    """95% interval of mean(b) - mean(a) for paired pass/fail scores: Newcombe's (1998)
+    method 10, from the two Wilson intervals and the pairs' phi correlation."""
+    n = len(a)
+    both = sum(1 for x, y in zip(a, b) if x and y)
+    only_a = sum(1 for x, y in zip(a, b) if x and not y)
+    only_b = sum(1 for x, y in zip(a, b) if y and not x)
+    neither = n - both - only_a - only_b
+    p1, p2 = (both + only_a) / n, (both + only_b) / n
+    (l1, u1), (l2, u2) = wilson(both + only_a, n), wilson(both + only_b, n)
+    margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    phi = (both * neither - only_a * only_b) / math.sqrt(margins) if margins else 0.0
+    d = p2 - p1
+    low = d - math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
+    high = d + math.sqrt(max(0.0, (u2 - p2) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1) + (p1 - l1) ** 2))
+    return max(-1.0, low), min(1.0, high)
 
 
 def unpaired(a: list[float], b: list[float], rounds: int = 10_000, seed: int = 0) -> Paired:
