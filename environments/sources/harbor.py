@@ -46,7 +46,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from flywheel.environments.sources.harbor_docker import Engine, ImagePools, copy_command
+from flywheel.environments.sources.harbor_docker import Engine, copy_command
 from flywheel.environments.sources.workspace_files import as_text, check_path, directory_files
 from flywheel.environments.sources.workspace_tasks import WorkspaceTasks, WorkspaceTaskError
 from flywheel.environments.verifiers.base import RowError
@@ -263,10 +263,6 @@ class HarborTasks(WorkspaceTasks):
             raise WorkspaceTaskError(f"harbor: no task directory (with a task.toml) under {path}")
         self.load(self._rows(root, dirs))
 
-    def _setup_state(self) -> None:
-        super()._setup_state()
-        self.pools = ImagePools()
-
     @staticmethod
     def _rows(root: Path, dirs: list[Path]):
         engine = Engine()
@@ -280,19 +276,6 @@ class HarborTasks(WorkspaceTasks):
         finally:
             engine.close()
 
-    @staticmethod
-    def _container(task) -> dict | None:
+    def _container(self, task) -> dict | None:
+        """The task's own container (in the metadata, which the row listing shows)."""
         return json.loads(task.setup_json)["metadata"].get("container")
-
-    def open_workspace(self, sandbox, task):
-        """In the task image's pool when the task has its own container, else in `sandbox`."""
-        container = self._container(task)
-        return super().open_workspace(self.pools.get(container, sandbox) if container else sandbox, task)
-
-    def test_env(self, task) -> dict[str, str]:
-        container = self._container(task)
-        return container["env"] if container else {}
-
-    def close(self) -> None:
-        """The task images' pools (a later episode starts them again)."""
-        self.pools.close()

@@ -15,8 +15,9 @@ JSONL, Parquet, or one directory per task. A row:
   tests        hidden: {"command", "files", "archive", "result": "exit_code" | "json",
                "timeout"} (environments/sources/workspace_run.py says how they score)
   solution     a reference: a shell script, or a list of tool calls {"name", "arguments"}
-  max_turns, limits {"call_seconds", "episode_seconds"}, image (a container image),
-  id, level, split, metadata
+  image        a docker image already on the engine (DOCKER_HOST; never pulled) to play
+               the task in, with python3 and bash (environments/sources/workspace_docker.py)
+  max_turns, limits {"call_seconds", "episode_seconds"}, id, level, split, metadata
 A directory form: DIR/<task>/task.json with the same fields, where `instruction.md`,
 `files/`, `tests/` (beside tests.command) and `solution.sh` may stand in for theirs.
 
@@ -24,9 +25,11 @@ Every row is checked when read (schema, paths, archives, sizes, UTF-8:
 environments/sources/workspace_files.py) and once more in the sandbox (`validate`,
 environments/sources/workspace_checks.py): a row whose reference fails is quarantined
 "unsolvable", one whose untouched workspace passes "trivial", with file, line and reason;
-the rest of the file is kept. A row naming a container image is set aside "cannot run
-here" (listed with the rest of the quarantine, never dropped silently): this runs in the
-run's sandbox (bwrap), not in the task's image.
+the rest of the file is kept. A row naming an `image` is played, and checked, in
+containers of that image (one docker pool per image, the docker backend's isolation, its
+ENV given to the tools and the tests; the workspace is /work, made of the row's files and
+setup: the image's WORKDIR is not copied); with no engine answering, the image absent, or
+no python3/bash in it, the row is quarantined "cannot run here" with the reason.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from flywheel.environments.base import Score, check_split, split_of
 from flywheel.environments.sandbox import Limits
 from flywheel.environments.sources.task_file import TaskFileError
 from flywheel.environments.sources.task_rows import SPLITS, read_rows
+from flywheel.environments.sources.workspace_docker import Engine, ImagePools
 from flywheel.environments.sources.workspace_files import directory_files, file_set, inline_files
 from flywheel.environments.sources.workspace_run import Templates, run_hidden
 from flywheel.environments.toolkit.agentic import DEFAULT_WEIGHTS, EpisodeBudget, MultiTurnEnvironment
@@ -77,6 +81,7 @@ class WorkspaceRow:
     episode_seconds: float | None = None
     image: str | None = None
     metadata: dict = field(default_factory=dict)
+    container: dict | None = None  # the probed image (workspace_docker.py `Engine.present`)
 
 
 def _number(raw, name: str, lo: float, hi: float):
@@ -256,10 +261,12 @@ class WorkspaceTasks(MultiTurnEnvironment):
         self.quarantined: list[dict] = []
         self.cells: dict[tuple[str, int], list[WorkspaceRow]] = {}
         self.where: dict[str, str] = {}
+        self.pools = ImagePools()
 
     def load(self, rows) -> None:
         """Keep the good (where, raw, error, base dir) rows; quarantine the rest."""
         seen: set[str] = set()
+        engine = None  # asked only when a row names an image
         for where, raw, error, base in rows:
             row = None
             if not error:
@@ -268,7 +275,8 @@ class WorkspaceTasks(MultiTurnEnvironment):
                     if row.key in seen:
                         raise RowError(f"duplicate id {row.key!r}")
                     if row.image:
-                        raise RowError(f"cannot run here: needs the container image {row.image!r}")
+                        engine = engine or Engine()
+                        row.container = engine.present(row.image)
                 except RowError as exc:
                     error = str(exc)
                 except Exception as exc:  # noqa: BLE001  (a malformed row must never stop the file)
@@ -277,6 +285,8 @@ class WorkspaceTasks(MultiTurnEnvironment):
                 self.quarantine(where, error, raw)
                 continue
             self.add(row, where)
+        if engine is not None:
+            engine.close()
         self.tally()
 
     def add(self, row: WorkspaceRow, where: str) -> None:
@@ -321,7 +331,8 @@ class WorkspaceTasks(MultiTurnEnvironment):
         names = list(row.tools)
         system = tools_prompt(self.intro, names, specs=row.tools)
         setup = {"files": row.files, "setup": row.setup, "tools": names, "own_tools": {n: s for n, s in row.tools.items()
-                 if "command" in s}, "row_id": row.key, "metadata": row.metadata}  # fmt: skip
+                 if "command" in s}, "row_id": row.key, "metadata": row.metadata,
+                 **({"container": row.container} if row.container else {})}  # fmt: skip
         verifier = {"tests": row.tests, "solution": row.solution, "max_turns": row.max_turns,
                     "call_seconds": row.call_seconds, "episode_seconds": row.episode_seconds}  # fmt: skip
         return TaskSpec(
@@ -353,8 +364,14 @@ class WorkspaceTasks(MultiTurnEnvironment):
     def setup_files(self, task):
         return json.loads(task.setup_json)["files"]
 
+    def _container(self, task) -> dict | None:
+        """The task's own image (harbor.py keeps it in the metadata)."""
+        return json.loads(task.setup_json).get("container")
+
     def open_workspace(self, sandbox, task):
-        setup = json.loads(task.setup_json)
+        """In the pool of the task's image when it names one, else in `sandbox`."""
+        setup, container = json.loads(task.setup_json), self._container(task)
+        sandbox = self.pools.get(container, sandbox) if container else sandbox
         return self.templates.open(sandbox, task.task_id, setup["files"], setup.get("setup") or [],
                                    Limits(wall_s=120, cpu_s=120, output_bytes=1 << 16))  # fmt: skip
 
@@ -366,8 +383,13 @@ class WorkspaceTasks(MultiTurnEnvironment):
                                total=result.total, hack=hack, error=result.error)  # fmt: skip
 
     def test_env(self, task) -> dict[str, str]:
-        """Variables the hidden tests see besides PATH, HOME and LANG (harbor.py: a task image's ENV)."""
-        return {}
+        """Variables the hidden tests see besides PATH, HOME and LANG: a task image's ENV."""
+        container = self._container(task)
+        return container["env"] if container else {}
+
+    def close(self) -> None:
+        """The task images' pools (a later episode starts them again)."""
+        self.pools.close()
 
     def reference_calls(self, task):
         solution = json.loads(task.verifier_json).get("solution")
