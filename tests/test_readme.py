@@ -23,6 +23,7 @@ MAIN_RUN = "bash scripts/setup.sh && .venv/bin/flywheel run --cycles 2"
 TESTS = "bash scripts/setup.sh && .venv/bin/pytest -q"
 CHECK = ".venv/bin/flywheel check --set 'sampler.domains=[file:examples/tasks/starter.jsonl]'"
 OWN_RUN = ".venv/bin/flywheel run --set 'sampler.domains=[file:examples/tasks/starter.jsonl]' --run-id mine"
+AGENTS = ".venv/bin/flywheel run --config recipes/cpu-agents.yaml --run-id agents"
 INGEST = ".venv/bin/flywheel ingest examples/traces/invoices.jsonl --run-id prod"
 PROD_RUN = ".venv/bin/flywheel run --config recipes/cpu-production.yaml --run-id prod"
 PROD_REPORT = ".venv/bin/flywheel report --by workload --config recipes/cpu-production.yaml --run-id prod"
@@ -36,6 +37,7 @@ WHERE = {
     TESTS: "CI (.ci/run)",
     CHECK: "test_checking_your_own_tasks",
     OWN_RUN: "test_your_own_tasks_run (slow)",
+    AGENTS: "test_the_agents_recipe (slow)",
     INGEST: "test_ingesting_your_logs, test_the_production_loop (slow)",
     PROD_RUN: "test_the_production_loop (slow)",
     PROD_REPORT: "test_the_production_loop (slow)",
@@ -119,6 +121,12 @@ def test_the_first_run(clone_dir):
 def test_your_own_tasks_run(clone_dir):
     sh(OWN_RUN, clone_dir, 3600)
     assert (clone_dir / "runs/mine").is_dir()
+
+
+@pytest.mark.slow
+def test_the_agents_recipe(clone_dir):
+    out = sh(AGENTS, clone_dir, 7200)
+    assert (clone_dir / "runs/agents/cycles.jsonl").exists() and "pass@1" in out.stdout
 
 
 @pytest.mark.slow
