@@ -126,7 +126,9 @@ def test_your_own_tasks_run(clone_dir):
 @pytest.mark.slow
 def test_the_agents_recipe(clone_dir):
     out = sh(AGENTS, clone_dir, 7200)
-    assert (clone_dir / "runs/agents/cycles.jsonl").exists() and "pass@1" in out.stdout
+    # the held-out evaluation of the start; the last one only if an update was made (on the
+    # 135M default no group had signal: bench/README.md)
+    assert (clone_dir / "runs/agents/cycles.jsonl").exists() and "eval of policy v0" in out.stdout
 
 
 @pytest.mark.slow
