@@ -44,7 +44,6 @@ saving is bandwidth between GPUs, nothing on one process).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -53,9 +52,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
 from flywheel.policy import lora
 from flywheel.policy.batching import MicroBatch, plan, rank_share
+from flywheel.policy.chunked import micro_batch_logprobs, set_checkpointing
+from flywheel.policy.ds_config import default_ds_config, fit_buckets
+from flywheel.policy.export import plain_state, write_export
 from flywheel.policy.grpo import (
     clipped_pg_loss,
     decoupled_importance,
@@ -63,8 +64,6 @@ from flywheel.policy.grpo import (
     reverse_kl_loss,
     token_weights,
 )
-from flywheel.policy.chunked import micro_batch_logprobs, set_checkpointing
-from flywheel.policy.export import plain_state, write_export
 from flywheel.policy.logprobs import pad_batch, token_logprobs
 from flywheel.policy.memory import PeakMemory, return_freed_memory
 
@@ -133,18 +132,6 @@ def uses_bf16(cfg) -> bool:
     if cfg.bf16 is not None:
         return cfg.bf16
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def fit_buckets(ds_config: dict, trainable: list) -> dict:
-    """ZeRO-3's gradient bucket no larger than what trains. DeepSpeed's default
-    (reduce_bucket_size 5e8 elements) allocates a 2 GB float32 buffer per engine whatever
-    the model; for the 135M default that is 1.4 GB reserved and never used, and a process
-    holding a few such engines is refused a fork on a 16 GB machine. A size the config
-    sets is kept."""
-    zero = ds_config.setdefault("zero_optimization", {})
-    if "reduce_bucket_size" not in zero:
-        zero["reduce_bucket_size"] = int(min(5e8, max(1, sum(p.numel() for p in trainable))))
-    return ds_config
 
 
 def _free_port() -> int:
@@ -228,7 +215,7 @@ class GRPOTrainer:
             model = lora.wrap(model, cfg.lora)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.ds_config = fit_buckets(ds_config or self.default_ds_config(cfg), trainable)
+        self.ds_config = fit_buckets(ds_config or default_ds_config(cfg, uses_bf16(cfg)), trainable)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
         self.bf16 = bool(self.ds_config.get("torch_autocast", {}).get("enabled"))  # a given ds_config's say
         self.reference = None
@@ -237,21 +224,6 @@ class GRPOTrainer:
             self.reference = ref.eval().requires_grad_(False).to(self.device)
         self.distill = distill if distill is not None and distill.mode != "off" else None
         self.steps = 0
-
-    @staticmethod
-    def default_ds_config(cfg) -> dict:
-        """policy/ds_zero3.json (or `cfg.ds_config`), with the trainer's clipping and precision:
-        bf16 as autocast over float32 master weights (the module docstring says why), never
-        DeepSpeed's bf16 weights; float32 on CPU by default (the engine's logprobs match it)."""
-        path = cfg.ds_config or str(Path(__file__).with_name("ds_zero3.json"))
-        with open(path) as f:
-            ds_config = json.load(f)
-        ds_config["gradient_clipping"] = cfg.max_grad_norm
-        ds_config["bf16"] = {**ds_config.get("bf16", {}), "enabled": False}
-        ds_config["torch_autocast"] = {
-            "enabled": uses_bf16(cfg), "dtype": "bfloat16", "lower_precision_safe_modules": [],
-        }  # fmt: skip
-        return ds_config
 
     def step(self, samples: list[TrainSample], objective: str = "grpo") -> dict:
         """One optimizer step. objective "grpo": the clipped policy-gradient loss with the

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from flywheel.config import FlywheelConfig, TrainerConfig
+from flywheel.policy.ds_config import default_ds_config
 from flywheel.policy.trainer import GRPOTrainer, TrainSample, uses_bf16
 from flywheel.tasks.update import sync_tolerance
+
+from flywheel.config import FlywheelConfig, TrainerConfig
 
 PROMPT, GOOD, BAD = [1, 100, 200, 300], [400, 401, 402], [500, 501, 502]
 
@@ -49,10 +50,9 @@ def test_a_bf16_export_is_the_float32_master_and_loads(bf16_trainer, tmp_path):
     """The export holds the master weights exactly (DeepSpeed's own bf16 mode exported their
     bf16 rounding); the trainer's logprobs are bf16 numerics, close to the export's float32 ones."""
     from deepspeed.utils import safe_get_full_fp32_param
+    from flywheel.policy.logprobs import sequence_logprobs
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
-
-    from flywheel.policy.logprobs import sequence_logprobs
 
     trainer = bf16_trainer
     trainer.step(_batch(trainer))
@@ -84,7 +84,7 @@ def test_bf16_reference_starts_the_kl_at_zero(tiny_model):
 
 def test_float32_stays_the_cpu_default():
     cfg = TrainerConfig()
-    ds = GRPOTrainer.default_ds_config(cfg)
+    ds = default_ds_config(cfg, uses_bf16(cfg))
     assert not ds["bf16"]["enabled"] and not ds["torch_autocast"]["enabled"]
     assert uses_bf16(cfg) == (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     assert uses_bf16(TrainerConfig(bf16=True)) and not uses_bf16(TrainerConfig(bf16=False))

@@ -45,17 +45,13 @@ from flywheel.environments.sources.task_rows import SPLITS, read_rows
 from flywheel.environments.sources.workspace_docker import Engine, ImagePools
 from flywheel.environments.sources.workspace_files import directory_files, file_set, inline_files
 from flywheel.environments.sources.workspace_run import Templates, run_hidden
+from flywheel.environments.sources.workspace_tools import DEFAULT_TOOLS, row_solution, row_tools
 from flywheel.environments.toolkit.agentic import DEFAULT_WEIGHTS, EpisodeBudget, MultiTurnEnvironment
 from flywheel.environments.toolkit.tools import KNOWN_SPECS, tools_prompt
 from flywheel.environments.verifiers.base import RowError
 from flywheel.storage.schema import TaskSpec, stable_id
 
 VERSION = "1"
-ALIASES = {"bash": "run_shell", "shell": "run_shell", "read_file": "read_file", "read": "read_file",
-           "write_file": "write_file", "write": "write_file", "str_replace": "str_replace", "edit": "str_replace",
-           "list": "list_files", "list_files": "list_files", "ls": "list_files", "python": "run_python",
-           "run_python": "run_python", "submit": "submit", "run_shell": "run_shell"}  # fmt: skip
-DEFAULT_TOOLS = ("run_shell", "read_file", "write_file", "str_replace", "list_files", "submit")
 INTRO = ("You are an agent working in a sandboxed Linux directory (bash, coreutils and python3 are available; "
          "no network). Do the task with the tools, check your work, then call submit.")  # fmt: skip
 MAX_TURNS = 64
@@ -92,51 +88,6 @@ def _number(raw, name: str, lo: float, hi: float):
     return raw
 
 
-def _tools(raw) -> dict[str, dict]:
-    if raw is None:
-        return {n: KNOWN_SPECS[n] for n in DEFAULT_TOOLS}
-    if not isinstance(raw, list) or not raw:
-        raise RowError("tools must be a non-empty list")
-    out: dict[str, dict] = {}
-    for t in raw:
-        if isinstance(t, str):
-            if t not in ALIASES:
-                raise RowError(f"unknown tool {t!r}; the standard set: {', '.join(sorted(set(ALIASES)))}")
-            out[ALIASES[t]] = KNOWN_SPECS[ALIASES[t]]
-        elif isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("command"), str):
-            name, params = (
-                t["name"],
-                t.get("parameters") or {"type": "object", "properties": {}, "required": []},
-            )
-            if name in KNOWN_SPECS or not name.replace("_", "").isalnum():
-                raise RowError(f"own tool {name!r}: a new name of letters, digits and _ is needed")
-            if not isinstance(params, dict) or not isinstance(params.get("properties", {}), dict):
-                raise RowError(f"own tool {name!r}: parameters must be a JSON schema object")
-            out[name] = {
-                "description": str(t.get("description", "")),
-                "parameters": params,
-                "command": t["command"],
-            }
-        else:
-            raise RowError("a tool is a standard name or {name, description, parameters, command}")
-    out.setdefault("submit", KNOWN_SPECS["submit"])
-    return out
-
-
-def _solution(raw, tools: dict) -> list[dict] | None:
-    if raw is None:
-        return None
-    if isinstance(raw, str) and raw.strip():
-        return [{"name": "run_shell", "arguments": {"command": raw}}]
-    if (
-        isinstance(raw, list)
-        and raw
-        and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in raw)
-    ):
-        return [{"name": c["name"], "arguments": dict(c.get("arguments") or {})} for c in raw]
-    raise RowError("solution must be a shell script or a list of tool calls {name, arguments}")
-
-
 def normalise(raw: dict, base: Path | None) -> WorkspaceRow:
     """One row -> a checked WorkspaceRow; RowError with the reason."""
     instruction = raw.get("instruction")
@@ -158,7 +109,7 @@ def normalise(raw: dict, base: Path | None) -> WorkspaceRow:
     setup = [setup] if isinstance(setup, str) else setup
     if not isinstance(setup, list) or not all(isinstance(c, str) for c in setup):
         raise RowError("setup must be a command or a list of commands")
-    tools = _tools(raw.get("tools"))
+    tools = row_tools(raw.get("tools"))
     limits = raw.get("limits") or {}
     if not isinstance(limits, dict):
         raise RowError("limits must be an object {call_seconds, episode_seconds}")
@@ -183,7 +134,7 @@ def normalise(raw: dict, base: Path | None) -> WorkspaceRow:
         key=str(key) if key is not None else stable_id(instruction, files, tests["command"], hidden),
         instruction=instruction, files=files, setup=setup, tools=tools, level=level,
         tests={"command": tests["command"], "files": hidden, "result": result, "timeout": timeout},
-        solution=_solution(raw.get("solution"), tools), split=SPLITS[split] if split else None,
+        solution=row_solution(raw.get("solution"), tools), split=SPLITS[split] if split else None,
         max_turns=max_turns, call_seconds=_number(limits.get("call_seconds"), "limits.call_seconds", 0.1, 3600),
         episode_seconds=_number(limits.get("episode_seconds"), "limits.episode_seconds", 1, 86400),
         image=image, metadata=metadata,

@@ -1,0 +1,32 @@
+"""The DeepSpeed config the trainer starts from: policy/ds_zero3.json (or `trainer.ds_config`)
+with the trainer's clipping and precision, and ZeRO-3's gradient bucket fitted to the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def default_ds_config(cfg, bf16: bool) -> dict:
+    """policy/ds_zero3.json (or `cfg.ds_config`), with the trainer's clipping and precision:
+    bf16 as autocast over float32 master weights (policy/trainer.py says why), never
+    DeepSpeed's bf16 weights (whose export would be the bf16 rounding of the master)."""
+    path = cfg.ds_config or str(Path(__file__).with_name("ds_zero3.json"))
+    with open(path) as f:
+        ds_config = json.load(f)
+    ds_config["gradient_clipping"] = cfg.max_grad_norm
+    ds_config["bf16"] = {**ds_config.get("bf16", {}), "enabled": False}
+    ds_config["torch_autocast"] = {"enabled": bf16, "dtype": "bfloat16", "lower_precision_safe_modules": []}
+    return ds_config
+
+
+def fit_buckets(ds_config: dict, trainable: list) -> dict:
+    """ZeRO-3's gradient bucket no larger than what trains. DeepSpeed's default
+    (reduce_bucket_size 5e8 elements) allocates a 2 GB float32 buffer per engine whatever
+    the model; for the 135M default that is 1.4 GB reserved and never used, and a process
+    holding a few such engines is refused a fork on a 16 GB machine. A size the config
+    sets is kept."""
+    zero = ds_config.setdefault("zero_optimization", {})
+    if "reduce_bucket_size" not in zero:
+        zero["reduce_bucket_size"] = int(min(5e8, max(1, sum(p.numel() for p in trainable))))
+    return ds_config
