@@ -98,7 +98,8 @@ def cycle_summary(rt: Runtime, state: RunState, timings: dict, update_metrics: d
     cycle = state.cycle
     con = connect(rt.lake, rt.run_id)
     row = con.execute(
-        "SELECT tasks, trajectories, mean_reward, pass_rate, replayed_tasks FROM cycles WHERE cycle = ?", [cycle]
+        "SELECT tasks, trajectories, mean_reward, pass_rate, replayed_tasks FROM cycles WHERE cycle = ?",
+        [cycle],
     ).fetchone() or (0, 0, 0.0, 0.0, 0)
     summary = CycleSummary(
         run_id=rt.run_id, cycle=cycle, policy_version=rt.policy_version, tasks=row[0],
@@ -144,13 +145,19 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
         tracker.evaluation(result)
         return stop
 
+    # eval.base_before_cold_start: "before" is the base model, so before/after includes the SFT
+    base_first = around and config.eval.base_before_cold_start and config.cold_start.references > 0
     try:
+        if base_first and rt.state().new:
+            evaluate_now()  # the base model (the engine starts on it), then SFT, then the engine gets v1
         _cold_start(config, rt)  # here, so the one-cycle flow of scheduled deployments gets it too
+        if base_first and evaluations and rt.engine_version != rt.policy_version:
+            rt.load_policy_into_engine(rt.policy_version)
         # Lazily: a caller may decide after each cycle whether another comes (bench/vs_trl.py
         # stops on wall time); materialising such a generator never ends.
         planned = iter(cycles(rt))
         first = next(planned, None)
-        if first is not None and (around or every):
+        if first is not None and (every or (around and not base_first)):
             evaluate_now()  # the starting policy (read back, not redone, on resume)
         for cycle in itertools.chain([] if first is None else [first], planned):
             check_stop()
@@ -178,7 +185,11 @@ def _run(config: FlywheelConfig, cycles) -> FlywheelResult:
         updates.drain()
         for cycle, metrics in updates.take_metrics().items():
             logger.info("update of cycle %d (synced at the end): %s", cycle, json.dumps(metrics, default=str))
-        if first is not None and around and (not evaluations or evaluations[-1].policy_version != rt.engine_version):
+        if (
+            first is not None
+            and around
+            and (not evaluations or evaluations[-1].policy_version != rt.engine_version)
+        ):
             evaluate_now()  # the last policy
     except BaseException as exc:
         updates.abandon()

@@ -64,6 +64,12 @@ class EvalConfig(Section):
         True,
         description="A run evaluates its starting policy before its first cycle and its last one at the end.",
     )
+    base_before_cold_start: bool = Field(
+        False,
+        description="With a cold start (`cold_start.references` > 0), the 'before' evaluation is of the base "
+        "model, taken before the SFT, so the run's before/after includes what SFT taught; false: the policy "
+        "the cycles start from (the SFT'd one), so before/after is RL's part alone.",
+    )
     # A full evaluation takes ~12 min on 2 CPU cores (bench/README.md): inside a run the
     # default is smaller, and its intervals say so.
     in_run_tasks_per_level: int = Field(
