@@ -10,8 +10,10 @@ For a stage's task list:
    flywheel/gateway/agent_harness.py gives it a loopback URL for an unmodified SDK);
 2. k runs per task, each in a fresh workspace holding the agent's source (its module or
    package, found without importing it: no user code runs on the host), each under a
-   session id stable per run, cycle, label, task and sample (`session_id`), sent by the
-   forwarder with every call;
+   session id stable per run, cycle, label, policy version, task and sample
+   (`session_id`: an evaluation of v3 never reads back v0's sessions), sent by the
+   forwarder with every call. A stage at temperature 0 (the evaluation's greedy mode,
+   flows/evaluate.py) makes every call of the agent greedy, whatever it asks for;
 3. each run's answer, the string it returned (or `{"answer": ...}`), else the content of
    its session's last reply, is scored by the task's verifier (tasks/score.py `verify`);
    where the task has no verifier of its own (`Score.graded` False) a number the agent
@@ -33,8 +35,9 @@ unlabelled and the score stage scores the rollout as a single-turn reply (the ru
 have a reward already; episode domains (their workspace is the agent's sandbox, not
 the domain's); other leaves of a session than the last chain (another conversation of
 the same run, or n > 1) are kept in the lake, not trained on; the docker backend (no
-socket binds); sampling settings of the stage (temperature, max_tokens) apply only where
-the agent's calls name none (max_tokens), the rest is the agent's own.
+socket binds); sampling settings of the stage apply only where the agent's calls name
+none (max_tokens), the rest is the agent's own, except that a stage at temperature 0
+is greedy throughout.
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ class AgentRun:
 
 
 def session_id(ctx: StageContext, task: TaskSpec, sample_index: int) -> str:
-    return stable_id("agent", ctx.run_id, ctx.label, ctx.cycle, task.task_id, sample_index, length=32)
+    return stable_id("agent", ctx.run_id, ctx.label, ctx.cycle, ctx.policy_version, task.task_id, sample_index,
+                     length=32)  # fmt: skip
 
 
 def agent_source(cfg) -> dict[str, str]:
@@ -148,6 +152,7 @@ def agent_rollouts(parts: Parts, ctx: StageContext, tasks: list[TaskSpec]) -> li
         max_model_len=config.engine.max_model_len, policy=f"{ctx.run_id}@v{ctx.policy_version}",
         tool_format=ctx.generation.tool_format, max_calls=cfg.max_calls,
         max_tokens=cfg.max_tokens_per_call or ctx.generation.max_tokens,
+        greedy=ctx.generation.temperature == 0.0,
     )  # fmt: skip
     with gateway:
         bwrap = config.sandbox.backend == "bwrap"

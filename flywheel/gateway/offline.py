@@ -9,6 +9,11 @@ binds read-only; nothing listens on a TCP port of the host. `call` runs a functi
 server's event loop, where all of the gateway's state changes happen (service.py), so the
 runner can read a session and close it with its reward from its own threads.
 
+An evaluation's stage (its generation at temperature 0) serves a `GreedyGateway`: every
+call is sampled greedily whatever temperature the agent asks for, so the agent's pass@1 is
+the greedy policy's, as for the plain sampler's evaluation; the lake records the
+temperature used.
+
 A gateway left by a killed stage is picked up by the next: the spool's closed sessions
 are written (`Gateway.recover`), and its open ones, whose agent runs died with it, are
 dropped (`drop_open`): their runs are run again under the same ids.
@@ -36,16 +41,26 @@ INSIDE = "/run/flywheel-gateway"  # where a sandbox sees the socket's directory
 HARNESS = (Path(__file__).parent / "agent_harness.py").read_text(encoding="utf-8")  # the sandbox's program
 
 
+class GreedyGateway(Gateway):
+    """A gateway whose every call is greedy: temperature 0, top_p 1, no seed (an
+    evaluation's; the agent's own settings are overridden before the call is recorded)."""
+
+    async def complete(self, req, *args, **kwargs):
+        req.temperature, req.top_p, req.seed = 0.0, 1.0, None
+        return await super().complete(req, *args, **kwargs)
+
+
 class LocalGateway:
     def __init__(self, engine, tokenizer, store, *, spool_dir: str | Path, max_model_len: int, policy: str,
-                 tool_format: str, max_tokens: int, max_calls: int):  # fmt: skip
+                 tool_format: str, max_tokens: int, max_calls: int, greedy: bool = False):  # fmt: skip
         config = GatewayConfig(
             max_tokens=max_tokens, max_calls_per_session=max_calls, requests_per_minute=0,
             session_timeout_s=7 * 86_400.0,  # closed by the runner; never by the clock mid-stage
             max_pending=4096,
         )  # fmt: skip
-        self.gw = Gateway(engine, tokenizer, store, config, spool_dir=spool_dir, max_model_len=max_model_len,
-                          policy=policy, tool_format=tool_format, key_is_id=True)  # fmt: skip
+        kind = GreedyGateway if greedy else Gateway
+        self.gw = kind(engine, tokenizer, store, config, spool_dir=spool_dir, max_model_len=max_model_len,
+                       policy=policy, tool_format=tool_format, key_is_id=True)  # fmt: skip
         self.dropped = self.drop_open()
         # the sandbox runs as another user: the directory must be searchable, the socket writable
         self.dir = Path(tempfile.mkdtemp(prefix="flywheel-gw-"))
