@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -296,7 +297,7 @@ def main() -> None:
         finally:
             sandbox.close()
             engine.close()
-    summary = {"setup": head, "args": vars(args), "wall_s": round(wall, 1),
+    summary = {"setup": head, "command": " ".join(["python", *sys.argv]), "args": vars(args), "wall_s": round(wall, 1),
                "totals": {name: totals(arm) for name, arm in arms.items()}}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     text = table(arms)
