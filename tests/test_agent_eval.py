@@ -1,8 +1,9 @@
-"""An evaluation with `agent.entry` set runs the agent (offline mode, issue 45): the shipped
-example agent (examples/agents/calculator_agent.py, the real `openai` SDK) plays every
-held-out task once in its bubblewrap sandbox against the stage's gateway, every call
-greedy whatever the agent asks for, and the evaluation's pass@1 is over its sessions.
-Tiny random-weight model on the `hf` engine, a local lake."""
+"""The shipped example agent (examples/agents/calculator_agent.py, the real `openai` SDK)
+in offline mode (issue 45): an evaluation with `agent.entry` set runs it once per held-out
+task in its bubblewrap sandbox against the stage's gateway, every call greedy whatever
+the agent asks for, and the evaluation's pass@1 is over its sessions (tiny random-weight
+model on the `hf` engine, a local lake); and its tool loop, driven by a scripted engine
+that calls the calculator (a random model calls no tool), is one rewarded trajectory."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ from flywheel.config import FlywheelConfig
 from flywheel.environments.sandbox.bwrap import check_available
 from flywheel.flows.evaluate import eval_tasks, run_evaluation
 from flywheel.policy.engines import SamplingSpec
+from flywheel.policy.engines.base import Engine, Sample
 from flywheel.run.runtime import Runtime
 from flywheel.storage.lake import Lake
 from flywheel.storage.sessions import SessionStore
 from flywheel.tasks.agent_runs import session_id
+from flywheel.tasks.generate import generate
+from flywheel.tasks.score import score
 
 AGENTS = Path(__file__).resolve().parents[1] / "examples" / "agents"
 
@@ -41,19 +45,78 @@ def test_the_example_agents_calculator():
     assert calculate("9 ** 999").startswith("error")
 
 
+def write_tasks(tmp_path, rows) -> str:
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f"file:{tmp_path / 'tasks.jsonl'}"
+
+
+def agent_config(tmp_path, tiny_model, domain, **generation) -> FlywheelConfig:
+    return FlywheelConfig(
+        run_id="agent-eval", runs_dir=str(tmp_path / "runs"), model={"path": tiny_model},
+        engine={"backend": "hf", "max_model_len": 1024}, sampler={"domains": [domain], "levels": [1]},
+        generation={"max_tokens": 8, **generation}, sandbox={"concurrency": 3}, tracking={"backends": []},
+        eval={"suites": []}, agent={"entry": "calculator_agent:run", "path": str(AGENTS), "timeout_s": 60},
+    )  # fmt: skip
+
+
+class CalculatorCaller(Engine):
+    """A model that calls the calculator on the question's expression, then answers with
+    the tool's result (the tiny random model calls no tool)."""
+
+    name = "scripted"
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+
+    def generate(self, prompts, spec):
+        out = []
+        for prompt in prompts:
+            turns = self.tok.decode(prompt).split("<|im_start|>")
+            last = turns[-2]
+            if last.startswith("tool"):
+                text = last.removeprefix("tool").replace("<|im_end|>", "").strip()
+            else:
+                question = last.split("What is ")[-1].split("?")[0]
+                text = (
+                    '<tool_call>{"name": "calculator", "arguments": {"expression": "%s"}}</tool_call>'
+                    % question
+                )
+            ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+            out.append([Sample(text, ids, [-0.5] * len(ids), "stop") for _ in range(spec.n)])
+        return out
+
+    def load_weights(self, hf_dir):
+        pass
+
+    def prompt_logprobs(self, sequences, prompt_lens):
+        return [[0.0] * (len(s) - n) for s, n in zip(sequences, prompt_lens)]
+
+
+@pytest.mark.skipif(check_available() is not None, reason="bubblewrap cannot run here")
+def test_the_example_agent_runs_its_calculator_in_the_sandbox_and_is_rewarded(tmp_path, tiny_model):
+    domain = write_tasks(
+        tmp_path, [{"id": "mul", "prompt": "What is 76 * 96?", "answer": "7296", "verifier": "exact"}]
+    )
+    rt = Runtime(agent_config(tmp_path, tiny_model, domain, k=2, max_tokens=64))
+    rt._engine = CalculatorCaller(rt.tokenizer)  # the runtime's engine, started by hand
+    try:
+        [task] = rt.domains[domain].all_tasks("train") + rt.domains[domain].all_tasks("eval")
+        ctx = rt.stage_context(0)
+        rollouts = generate.fn(rt, ctx, [task])
+        records = score.fn(rt, ctx, rollouts)
+    finally:
+        rt.close()
+    assert [(r.num_turns, r.verdict, r.reward) for r in records] == [(2, "pass", 1.0)] * 2
+    text = rt.tokenizer.decode(records[0].completion_token_ids)
+    assert '"expression": "76 * 96"' in text and "7296" in text  # the call, the agent's result, the answer
+
+
 @pytest.mark.skipif(check_available() is not None, reason="bubblewrap cannot run here")
 def test_an_evaluation_with_agent_entry_runs_the_agent_greedily(tmp_path, tiny_model):
     rows = [{"id": f"sum-{i}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i), "verifier": "exact",
              "split": "eval" if i < 3 else "train"} for i in range(5)]  # fmt: skip
-    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    domain = f"file:{tmp_path / 'tasks.jsonl'}"
-    cfg = FlywheelConfig(
-        run_id="agent-eval", runs_dir=str(tmp_path / "runs"), model={"path": tiny_model},
-        engine={"backend": "hf", "max_model_len": 1024}, sampler={"domains": [domain], "levels": [1]},
-        generation={"k": 4, "max_tokens": 8, "temperature": 1.0}, sandbox={"concurrency": 3},
-        tracking={"backends": []}, eval={"suites": []},
-        agent={"entry": "calculator_agent:run", "path": str(AGENTS), "timeout_s": 60},
-    )  # fmt: skip
+    domain = write_tasks(tmp_path, rows)
+    cfg = agent_config(tmp_path, tiny_model, domain, k=4, temperature=1.0)
     rt = Runtime(cfg)
     try:
         result = run_evaluation(rt, tasks_per_level=8)
