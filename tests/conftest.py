@@ -5,11 +5,16 @@ module that asks (the gateway tests)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import flywheel
 
 flywheel.use_offline_defaults()  # before any library reads them, as the CLI does
+# The trainer's default is bf16 on a CPU with bf16 units (policy/trainer.py uses_bf16): tests
+# that assert float32 numerics get float32 on any CI machine; bf16 is tested where asked for.
+os.environ.setdefault("FLYWHEEL_CPU_BF16", "0")
 from flywheel.storage.seaweed import free_port  # noqa: F401  (tests import it from here)
 
 

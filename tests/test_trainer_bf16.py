@@ -82,12 +82,12 @@ def test_bf16_reference_starts_the_kl_at_zero(tiny_model):
     assert first["kl"] == pytest.approx(0.0, abs=1e-9) and second["kl"] > 0  # fp32 reference: 1.1e-6
 
 
-def test_float32_stays_the_cpu_default():
+def test_a_cpu_without_bf16_units_trains_in_float32(monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_CPU_BF16", "0")
     cfg = TrainerConfig()
     ds = default_ds_config(cfg, uses_bf16(cfg))
     assert not ds["bf16"]["enabled"] and not ds["torch_autocast"]["enabled"]
     assert uses_bf16(cfg) == (torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    assert uses_bf16(TrainerConfig(bf16=True)) and not uses_bf16(TrainerConfig(bf16=False))
 
 
 def test_sync_tolerance_and_mismatch_correction_follow_both_dtypes():
@@ -126,3 +126,19 @@ def test_two_bf16_ranks_make_the_same_update_as_one(tiny_model, tmp_path):
     for name in one:  # Adam normalises each step to ~lr: compare against the step size
         step = (one[name] - base[name]).abs().max()
         assert (one[name] - two[name]).abs().max() <= 0.1 * step + 1e-7, name
+
+
+def test_the_cpu_default_follows_its_bf16_units(monkeypatch):
+    """`trainer.bf16` empty: bf16 on a CPU whose flags list AMX or AVX512-BF16 (no GPU here),
+    float32 when FLYWHEEL_CPU_BF16=0 (as the test suite sets it); an explicit value wins."""
+    from flywheel.policy.trainer import cpu_has_bf16_units
+
+    monkeypatch.delenv("FLYWHEEL_CPU_BF16", raising=False)
+    info = Path("/proc/cpuinfo")
+    flags = set(info.read_text().split()) if info.exists() else set()
+    has_units = bool(flags & {"amx_bf16", "avx512_bf16"})
+    assert cpu_has_bf16_units() == has_units
+    assert uses_bf16(TrainerConfig()) == (has_units and not torch.cuda.is_available())
+    monkeypatch.setenv("FLYWHEEL_CPU_BF16", "0")
+    assert not cpu_has_bf16_units() and not uses_bf16(TrainerConfig())
+    assert uses_bf16(TrainerConfig(bf16=True)) and not uses_bf16(TrainerConfig(bf16=False))

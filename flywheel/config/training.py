@@ -83,8 +83,9 @@ class TrainerConfig(Section):
         description="Train in bf16: the matmuls in bf16 (autocast), the weights, the optimizer state and "
         "every logprob and loss in float32 (policy/trainer.py). About 2x faster on a CPU with bf16 units "
         "(AMX, AVX512-BF16; bench/roofline.py); the engine then scores other numerics than the trainer's, "
-        "corrected like bf16 rollouts (correct_engine_mismatch). Empty: bf16 where the GPU supports it, "
-        "float32 on CPU.",
+        "corrected like bf16 rollouts (correct_engine_mismatch). Empty: bf16 where the hardware has it "
+        "(a GPU that supports it, a CPU with AMX or AVX512-BF16; held-out learning at equal wall time "
+        "measured as float32's), float32 elsewhere.",
     )
     save_checkpoints: bool = True
     off_policy_correction: Literal["truncated_is", "none"] = Field(
