@@ -10,7 +10,8 @@ run resumes at the stage where it stopped: pass the same `run_id` again. With pa
 rollouts (`generation.partial`, tasks/carry.py) generate also gets the episodes the last
 committed cycle parked, and archive commits the ones this cycle parks with the cycle. The
 CLI (`flywheel run`), the Prefect deployments and a notebook all call the flows below: one
-code path, several faces.
+code path, several faces. In online mode (`gateway.online.enabled`) a `live` stage before
+the update labels the live sessions of the gateway and claims them for it (tasks/live.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from flywheel.storage.query import connect
 from flywheel.tasks.archive import archive
 from flywheel.tasks.carry import split_parked
 from flywheel.tasks.generate import generate, generation_stats
+from flywheel.tasks.live import live
 from flywheel.tasks.replay import replay
 from flywheel.tasks.sample import sample
 from flywheel.tasks.score import score
@@ -76,6 +78,8 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
         trajectories = timed("score", score, rt, ctx, rollouts)
         timed("archive", archive, rt, cycle, tasks, trajectories, parked)
     if not state.updated:
+        if rt.config.gateway.online.enabled:  # online mode: label and claim live sessions for this update
+            timed("live", live, rt, cycle)
         check_stop()
         t0 = time.monotonic()
         rt.get_trainer(start_engine=True)  # in this thread, engine first, before any update uses it

@@ -20,7 +20,9 @@ log-probabilities, which call and choice this call continued (`parent_call`,
 `scrubbed` is true when the scrubber changed any text of the session: its token ids would
 still spell what was removed, so they are not stored (empty lists), and the session is kept
 for reading, SFT on the scrubbed text or evaluation, never for RL, whose loss needs the ids
-the engine sampled. Unlabelled sessions (`labelled` false) are kept and not trained on.
+the engine sampled. Unlabelled sessions (`labelled` false) are kept and not trained on,
+unless a later label record names them (storage/live_sessions.py: the file here is never
+rewritten).
 
 The schema lives here rather than in storage/schema.py: it is the gateway's own record, and
 its version is this module's `SESSION_SCHEMA_VERSION`, not the lake's cycles'.

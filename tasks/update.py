@@ -1,8 +1,11 @@
 """Stage 6, update: one GRPO step on the cycle's committed train trajectories, read back
 from the lake (so an update can be re-run or resumed); then `sync` puts the new weights
 into the running engine and a probe checks that engine and trainer agree token by token.
-With on-policy distillation (`distill.mode` only or add) the teacher scores the batch's
-tokens here, just before the step (policy/teacher.py); its logprobs are not kept in the lake.
+In online mode the batch also holds the live sessions the cycle's `live` stage claimed
+(flywheel/gateway/online.py), with their workload-baseline advantages and their recorded
+behaviour logprobs. With on-policy distillation (`distill.mode` only or add) the teacher
+scores the batch's tokens here, just before the step (policy/teacher.py); its logprobs are
+not kept in the lake.
 
 The two are separate tasks so that an asynchronous run (pipeline.max_policy_lag > 0,
 flywheel/run/pipeline.py) can train in the background while the engine generates the next
@@ -23,6 +26,7 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from flywheel.gateway.online import claimed_samples
 from flywheel.policy.grpo import group_advantages, zero_variance_groups
 from flywheel.policy.trainer import TrainSample
 from flywheel.tasks.context import SyncRun, UpdateRun
@@ -93,6 +97,11 @@ def update(rt: UpdateRun, cycle: int) -> dict:
     samples, stats = cycle_batch(
         rt.lake, rt.run_id, cycle, drop_flat, rt.policy_version, rt.config.engine_mismatch
     )
+    # online mode: the live sessions the `live` stage claimed for this cycle (none without a claim)
+    live, live_stats = claimed_samples(
+        rt.lake, rt.run_id, cycle, rt.policy_version, rt.config.engine_mismatch
+    )
+    samples, stats = samples + live, {**stats, **live_stats}
     if not samples:  # nothing to learn from; record it so a resume does not retry
         rt.record_update(cycle, rt.policy_version, None)
         return {**stats, "skipped": "every group had equal rewards", "update_s": time.monotonic() - t_start}

@@ -1,5 +1,6 @@
 """`flywheel gateway serve`: the policy behind an OpenAI-compatible endpoint that records
-every call into the lake as sessions (flywheel/gateway/).
+every call into the lake as sessions (flywheel/gateway/). `--version deployed` serves the
+run's deployed policy (online mode: flywheel/gateway/online.py).
 
 The command composes the gateway's parts: the engine (`engine.*` of the config, the run's
 current policy or the one named), the run's lake, the spool, the scrubber of
@@ -26,7 +27,9 @@ gateway_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The 
 def serve(
     run_id: Optional[str] = options.run_id("Serve this run's policy and record into its lake."),
     version: str = typer.Option(
-        "current", help="Which policy of the run: current, best, or a version number."
+        "current",
+        help="Which policy of the run: current, best, deployed (the lake's last deploy of the run, "
+        "for online mode) or a version number.",
     ),
     model: Optional[str] = typer.Option(None, help="Serve this HF model dir instead of a run's policy."),
     store: Optional[str] = options.store(),
@@ -68,7 +71,11 @@ def serve(
     lake = Lake(config.lake_uri, config.store.endpoint, config.store.region)
     policies = PolicyStore(lake, config.run_id, config.run_dir / "policy-cache") if config.run_id else None
     if model is None and policies is not None and policies.manifest.get("versions"):
-        v = pick_version(policies, version)
+        v = (
+            deployed_version(lake, config.run_id)
+            if version == "deployed"
+            else pick_version(policies, version)
+        )
         model_dir, policy = policies.hf_dir(v), f"{config.run_id}@v{v}"
         if model_dir is None:
             raise UsageProblem(no_weights(policies, config.run_id, v))
@@ -95,3 +102,16 @@ def serve(
     finally:
         gw.close_engine()
         engine.close()
+
+
+def deployed_version(lake, run_id: str) -> int:
+    """The version of `run_id` the lake's last deploy put into serving (flywheel/production/deploy.py),
+    which online mode serves so that its sessions' policy lag is counted from it."""
+    from flywheel.storage.deployments import Deployments
+
+    serving = Deployments(lake).serving()
+    if serving is None or serving[0] != run_id:
+        where = f"the serving policy is {serving[0]} v{serving[1]}" if serving else "nothing was deployed"
+        raise UsageProblem(f"--version deployed: {where}, not a version of {run_id}",
+                           "deploy one first (`flywheel deploy`), or give a version number")  # fmt: skip
+    return serving[1]

@@ -15,6 +15,43 @@ from pydantic import Field, field_validator
 from flywheel.config.section import Section
 
 
+class OnlineConfig(Section):
+    """Online mode (flywheel/gateway/online.py): the run's cycles train on the live sessions
+    `flywheel gateway serve` recorded with the run's deployed policy."""
+
+    enabled: bool = Field(
+        False,
+        description="Each cycle, before its update, labels the lake's live sessions and takes the labelled "
+        "ones no earlier cycle took (the `live` stage).",
+    )
+    max_lag: int = Field(
+        1,
+        ge=0,
+        description="A session from a policy more than this many versions behind the trainer's is stale: "
+        "kept for SFT or evaluation, counted, not trained on.",
+    )
+    baseline_window: int = Field(
+        64,
+        ge=2,
+        description="Per workload, the latest labelled live sessions whose rewards' mean and std are the "
+        "advantage's baseline and scale (live sessions have no group).",
+    )
+    max_sessions: int | None = Field(
+        None,
+        ge=1,
+        description="The most sessions one cycle takes, oldest first; null: every one waiting.",
+    )
+    verify: bool = Field(
+        True,
+        description="Label unlabelled live sessions by their workload's verifier, reward.functions and "
+        "reward.judge, in the sandbox.",
+    )
+    feedback: bool = Field(
+        True,
+        description="Label unlabelled live sessions by ingested feedback that names them (a rating).",
+    )
+
+
 class GatewayConfig(Section):
     host: str = Field("127.0.0.1", description="Bind address; anything but loopback needs API keys.")
     port: int = Field(8100, ge=0, le=65535)
@@ -48,6 +85,7 @@ class GatewayConfig(Section):
         False,
         description="fsync the spool after each call: survives a machine's crash, not only a killed process.",
     )
+    online: OnlineConfig = OnlineConfig()
 
     @field_validator("host")
     @classmethod

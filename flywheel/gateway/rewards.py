@@ -13,10 +13,9 @@ In offline mode (tasks/agent_runs.py) the flywheel rewards the sessions itself
 the task has no verifier of its own, by the agent's return value; the close record says
 which (`source`) with the verifier's whole Score.
 
-Not done (issue 45, item 2): for sessions of `flywheel gateway serve`, rewards from a
-named workload's verifier or reward functions (they run on a TaskSpec, and a live
-session has none), from the LLM judge, or from later feedback in the production logs
-(they reach the lake as traces, matched to nothing here).
+For sessions of `flywheel gateway serve` written without a reward, later rewards (ingested
+feedback naming the session, the workload's verifier, reward functions and judge) are
+live_rewards.py's: a label record beside the session, never a rewrite of it.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ or from a policy more than `max_lag` versions behind the current one (the stalen
 issue 45 item 4; `policy` is "<run>@v<k>"; one of another run, or a bare model, is stale).
 
 Offline mode (tasks/agent_runs.py) makes the chain ending at a session's last call the
-rollout of its agent run, grouped per task like any other. Not done: online mode's
-wiring (item 4: live sessions into replay and the update stage's batch).
+rollout of its agent run, grouped per task like any other; online mode (online.py) makes
+it a sample of the update, with its workload's baseline for the advantage. Not done:
+training on the other leaves of a session (kept in the lake).
 """
 
 from __future__ import annotations

@@ -32,11 +32,15 @@ class CycleSummary(BaseModel):
         g = self.generation
         slots = (f"\n    episodes: slots {100 * g['slot_utilisation']:.0f}% busy, {g['episode_tokens_per_s']:.1f} tok/s, "
                  f"{g['parked']:.0f} parked, {g['carried_finished']:.0f} carried in and finished") if g else ""  # fmt: skip
+        u = self.update
+        live = (f"\n    live sessions (update of cycle {u.get('update_cycle', self.cycle)}): {u['live_sessions']} "
+                f"trained on ({u['live_tokens']} sampled tokens), {u['live_kept']} kept for SFT/eval only "
+                f"(stale or not RL-usable), {u['live_failed']} failed to replay") if "live_sessions" in u else ""  # fmt: skip
         return (
             f"cycle {self.cycle}: {self.tasks} tasks ({self.replayed_tasks} replayed), "
             f"{self.trajectories} trajectories, mean reward {self.mean_reward:.3f}, "
             f"pass rate {self.pass_rate:.3f}, policy v{self.policy_version}, "
-            f"{self.queued_for_replay} queued for replay\n    {stages}{slots}"
+            f"{self.queued_for_replay} queued for replay\n    {stages}{slots}{live}"
         )
 
 
