@@ -115,7 +115,9 @@ class SessionBook:
     def __init__(self):
         self.open: dict[str, Session] = {}
         self.keys: dict[tuple[str, str], str] = {}  # (client, key) -> session id
-        self.replies: dict[str, tuple[str, int, int]] = {}  # reply hash -> (session, call, choice)
+        # reply hash -> every (session, call, choice) with it, oldest first: concurrent runs
+        # of one task (a group's k samples) often send the same reply back word for word
+        self.replies: dict[str, list[tuple[str, int, int]]] = {}
         self.owned: dict[str, list[str]] = {}  # session id -> its reply hashes
 
     def find(self, client: str, key: str | None, messages: list[dict]):
@@ -126,12 +128,13 @@ class SessionBook:
         for at in range(len(messages) - 1, -1, -1):
             if messages[at]["role"] != "assistant":
                 continue
-            hit = self.replies.get(hashes[at])
-            if hit is None or (session is not None and hit[0] != session.id):
+            hits = self.replies.get(hashes[at], [])
+            if session is not None:  # a keyed session continues only its own replies
+                hits = [h for h in hits if h[0] == session.id]
+            if not hits or (key and session is None):  # a new keyed session adopts no reply
                 continue
-            if key and session is None:  # a new keyed session does not adopt another's reply
-                continue
-            return self.open[hit[0]], (hit[1], hit[2]), at
+            sid, call, choice = hits[-1]  # unkeyed: the latest session with that reply
+            return self.open[sid], (call, choice), at
         return session, None, -1
 
     def start(self, session: Session) -> None:
@@ -147,7 +150,7 @@ class SessionBook:
         """Make the call's replies findable by prefix (a recovered session's calls too)."""
         for j, choice in enumerate(call.choices):
             h = reply_hash(session.client, call.messages, choice.message)
-            self.replies[h] = (session.id, call.index, j)
+            self.replies.setdefault(h, []).append((session.id, call.index, j))
             self.owned.setdefault(session.id, []).append(h)
 
     def lookup(self, client: str | None, ref: str) -> Session | None:
@@ -164,8 +167,11 @@ class SessionBook:
         if session.key and self.keys.get((session.client, session.key)) == session.id:
             del self.keys[(session.client, session.key)]
         for h in self.owned.pop(session.id, []):
-            if self.replies.get(h, ("",))[0] == session.id:
-                del self.replies[h]
+            left = [hit for hit in self.replies.get(h, []) if hit[0] != session.id]
+            if left:
+                self.replies[h] = left
+            else:
+                self.replies.pop(h, None)
 
     def idle(self, now: float, timeout_s: float) -> list[Session]:
         return [s for s in self.open.values() if now - s.last_at >= timeout_s]
