@@ -3,6 +3,7 @@ store and a real `mlflow server`) and real TensorBoard event files; the whole ru
 tracking is read back in tests/test_cycle.py."""
 
 import struct
+import time
 
 import pytest
 from pydantic import ValidationError
@@ -187,7 +188,7 @@ def wandb_records(path):
     return out
 
 
-def test_wandb_offline_run_reads_back(tmp_path):
+def test_wandb_offline_run_reads_back(tmp_path, caplog):
     config = FlywheelConfig(run_id="wb", runs_dir=str(tmp_path), tracking={"backends": ["wandb"]})
     tracker = Tracker.from_config(config)
     tracker.cycle(summary(0, 0.25), con)
@@ -202,8 +203,13 @@ def test_wandb_offline_run_reads_back(tmp_path):
 
     tracker.evaluation(Eval())
     tracker.close()
+    failures = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tracking:")]
+    assert not failures, failures  # a failed call is only warned: say which and why
     [run_file] = (tmp_path / "wb" / "wandb").glob("offline-run-*/run-wb.wandb")
-    records = wandb_records(run_file)
+    deadline = time.monotonic() + 60  # wandb-core may still be writing after finish() returns
+    while not (records := wandb_records(run_file)) or not records[-1].HasField("exit"):
+        assert time.monotonic() < deadline, [r.WhichOneof("record_type") for r in records]
+        time.sleep(0.5)
     import json
 
     def key(item):  # newer W&B writes nested_key
