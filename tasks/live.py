@@ -14,8 +14,8 @@ Labels (flywheel/gateway/live_rewards.py), written once each (storage/live_sessi
 
 Then `online.claim` takes the cycle's sessions; the update (tasks/update.py) reads the
 claim. A stage run again after a kill labels nothing twice (labels are write-once) and
-finds its claim. Not done: the judge is wired as in the score stage but not exercised by a
-test here; labelling reads every live session each cycle (no index of unlabelled ones).
+finds its claim. Not done: labelling reads every live session each cycle (no index of
+unlabelled ones).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Online mode (flywheel/gateway/online.py, tasks/live.py): live sessions of a real gateway,
 driven by the real `openai` SDK, rewarded after they were written (by their workload's
-verifier in the sandbox, by ingested feedback) and trained on by the update stage with
-their recorded logprobs, each session at most once.
+verifier in the sandbox, by ingested feedback, by a reward function in the sandbox and the
+judge) and trained on by the update stage with their recorded logprobs, each session at
+most once.
 
 The tiny random-weight model (`hf`) serves the sessions whose text does not matter; the
 scripted engine of gateway_fixtures.py (real token ids of scripted replies) serves the
@@ -21,11 +22,14 @@ import pytest
 
 from flywheel.config import FlywheelConfig, IngestConfig, TrainerConfig
 from flywheel.config.gateway import OnlineConfig
+from flywheel.environments import reward_functions as rf
+from flywheel.environments.judge import make_judge
 from flywheel.environments.sandbox import make_sandbox
 from flywheel.environments.sources.task_file import FileTasks
 from flywheel.environments.sources.traces import TraceSource, TraceTasks
 from flywheel.flows.ingest import ingest_file
 from flywheel.gateway import online
+from flywheel.policy.engines.base import Sample
 from flywheel.policy.plain_trainer import PlainTrainer
 from flywheel.reports.results import CycleSummary
 from flywheel.storage.live_sessions import ClaimStore, LabelStore
@@ -145,6 +149,74 @@ def test_feedback_in_the_production_logs_labels_a_session_written_unlabelled(hf,
     assert (label["reward"], label["source"], label["detail"]["rating"]) == (1.0, "feedback", 1.0)
     [entry] = online.claim(lake, "run", 1, 0, OnlineConfig(), {})["sessions"]
     assert (entry["id"], entry["reward"], entry["source"], entry["use"]) == (sid, 1.0, "feedback", "rl")
+
+
+GREETED = """
+def greeted(prompts, completions, **_):
+    return [0.75 if "greeting" in str(p) else 0.0 for p in prompts]
+"""
+
+
+class GreetingEngine(ScriptedEngine):
+    """Greets whoever asks; asked as the judge (the grader's prompt), gives 6 out of 10."""
+
+    def generate(self, prompts, spec):
+        out = []
+        for prompt in prompts:
+            grading = "strict grader" in self.tok.decode(prompt)
+            text = (
+                '{"matches_reference": null, "meets_rubric": true, "score": 6}' if grading else "Hello, team!"
+            )
+            ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+            out.append([Sample(text, ids, [-0.25] * len(ids), "stop") for _ in range(spec.n)])
+        return out
+
+
+def test_a_reward_function_and_the_judge_label_a_live_session_of_a_workload_without_a_verifier(
+    hf, tmp_path, monkeypatch
+):
+    """A `none` workload's live session is scored as the score stage scores a rollout of it:
+    `reward.functions` in the sandbox plus `reward.judge` (on the run's engine, scripted to a
+    verdict); a session of a workload the config does not name waits, unlabelled."""
+    (tmp_path / "live_fns.py").write_text(GREETED)
+    monkeypatch.syspath_prepend(
+        str(tmp_path)
+    )  # where `reward.functions` are found (the working dir, sys.path)
+    engine = GreetingEngine(hf.tokenizer)
+    gw = make_gateway(engine, hf.tokenizer, tmp_path)
+    gw.policy = "run@v0"
+    sids = {}
+    with serving(gw) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused")
+        for workload in ("greetings", "unnamed"):
+            raw = client.chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": "Write a greeting for the team."}],
+                extra_headers={"X-Flywheel-Workload": workload},
+            )  # fmt: skip
+            sids[workload] = raw.headers["x-flywheel-session"]
+            assert httpx.post(f"{url}/sessions/{sids[workload]}/reward", json={"reward": None}).is_success
+    lake = gw.store.lake
+    config = FlywheelConfig(run_id="run", workloads={"greetings": {"verifier": "none"}},
+                            reward={"functions": ["live_fns:greeted"],
+                                    "judge": {"rubric": "A warm greeting.", "backend": "engine", "weight": 0.5}})  # fmt: skip
+    functions = rf.load([f.spec() for f in config.reward.functions])
+    judge = make_judge(config.reward.judge, lake, lambda: engine, lambda: hf.tokenizer)
+    sandbox = make_sandbox(config.sandbox.model_copy(update={"concurrency": 1}), (FileTasks.sandbox_warmup,))
+    try:
+        assert label_sessions(lake, config, sandbox, functions, judge) == {"workload": 1}
+    finally:
+        sandbox.close()
+    labels = LabelStore(lake).all()
+    assert set(labels) == {sids["greetings"]}
+    label = labels[sids["greetings"]]
+    assert (label["source"], label["detail"]["verdict"]) == ("workload", "pass")
+    assert label["reward"] == pytest.approx(
+        0.75 + 0.5 * 0.6
+    )  # the function's, plus the judge's by its weight
+    values = {c["name"]: c["value"] for c in label["detail"]["components"]}
+    assert values == {"verifier": None, "live_fns:greeted": 0.75, "judge": pytest.approx(0.6)}
+    [entry] = online.claim(lake, "run", 0, 0, OnlineConfig(), {})["sessions"]
+    assert (entry["id"], entry["source"], entry["use"]) == (sids["greetings"], "workload", "rl")
 
 
 class KeepingTrainer(PlainTrainer):

@@ -22,10 +22,11 @@ stage and the update stage bodies (`live.fn`, `update.fn`) claiming and training
 session once, stale ones kept, a killed cycle taking the same claim
 (test_cycles_train_on_live_sessions_once_...); labelling by a workload's verifier in the
 sandbox and the failed session's replay trace (test_a_live_session_is_rewarded_by_...);
-ingested feedback as a label (test_feedback_in_the_production_logs_...); `flywheel gateway
+ingested feedback as a label (test_feedback_in_the_production_logs_...); a reward function
+and the judge as a label (test_a_reward_function_and_the_judge_label_...); `flywheel gateway
 serve --version deployed` as a process (test_flywheel_gateway_serve_serves_the_deployed_...).
-Only here: the cycle of flows/flywheel.py calling the live stage, a `flywheel run` resumed
-between two claims, and a reward function (`reward.functions`) labelling a live session."""
+Only here: the cycle of flows/flywheel.py calling the live stage (with the run's own sandbox
+and reward functions), and a `flywheel run` resumed between two claims."""
 
 from __future__ import annotations
 
