@@ -1,6 +1,6 @@
 """Partial rollouts against cutting episodes at the cycle's end: what carrying saves.
 
-    .venv/bin/python bench/partial_vs_cut.py [MODEL_DIR] --budget 480 [--cycles 6] [--level 1]
+    .venv/bin/python bench/partial_vs_cut.py [MODEL_DIR] --budget 480 [960 ...] [--cycles 6] [--level 1]
         [--max-turns 8] [--tasks 2] [--k 2] [--slots 4] [--max-tokens 32] [--max-model-len 4096]
         [--max-lag 2] [--out bench/results/partial-vs-cut-DATE]
 
@@ -25,9 +25,15 @@ ended otherwise (out of context, an error), discarded (a stale group's), and sti
 after the last cycle (`in flight`: neither used nor lost yet); the episodes of each kind;
 the samples and tokens the update would build from the cycle's scored episodes
 (`build_batch`, zero-variance groups kept: one sample per turn under the domain's window);
-the generate stage's wall seconds. Then partial/cut for the useful figures. Every sampled
-token is counted once over its episode's life: generated = completed + cut + other +
-discarded + in flight (checked). Raw outputs: `cycles.jsonl` and `summary.json` under --out.
+the rewards of the episodes the update would train on (total and count; each ended
+episode's reward is in the cycle's row); the generate stage's wall seconds. Then partial/cut
+for the useful figures, and the rates compared with n and 95% intervals (`rates`):
+completion per drawn episode (the difference paired over tasks, which both arms draw
+alike), train samples per cycle (paired over cycles), the mean reward of a trained episode
+(bootstrap over episodes). Every sampled token is counted once over its episode's life:
+generated = completed + cut + other + discarded + in flight (checked). Raw outputs:
+`cycles.jsonl`, `summary.json` and `table.md` under --out/budget-N, one folder per budget
+(one engine for all, loaded once).
 
 Not done here: no update runs between cycles (the engine's weights stay; only the policy
 version moves, which is what the staleness bound reads), so the update's cost is not in the
@@ -72,6 +78,8 @@ class Arm:
     carried: list[dict] = field(default_factory=list)  # what the last cycle parked (the lake's rows)
     ledger: dict = field(default_factory=dict)  # episode -> tokens it sampled so far, until used or lost
     cycles: list[dict] = field(default_factory=list)
+    drawn: list[tuple] = field(default_factory=list)  # (task, sample index) of every episode drawn
+    ends: dict = field(default_factory=dict)  # (task, sample index) -> (kind, reward) once it ended
 
 
 def episode_key(r, cycle: int) -> tuple:
@@ -122,7 +130,7 @@ def play_cycle(parts, arm: Arm, cycle: int, tasks) -> dict:
     stale = [k for k in carried_in if k not in seen]  # dropped by the staleness bound (restarted anew)
     ends = Counter()
     tokens = Counter()
-    rewards: dict[str, list[float]] = {"completed": [], "cut": []}
+    rewards: dict[str, list[float]] = {"completed": [], "cut": [], "other": []}
     for r in done:
         kind = (
             "completed"
@@ -135,8 +143,8 @@ def play_cycle(parts, arm: Arm, cycle: int, tasks) -> dict:
         tokens[kind] += arm.ledger.pop(episode_key(r, cycle))
         if kind == "cut" and not r.num_turns:
             ends["cut_unbegun"] += 1
-        if kind in rewards:
-            rewards[kind].append(r.episode_score.reward)
+        rewards[kind].append(round(r.episode_score.reward, 4))
+        arm.ends[(r.task.task_id, r.sample_index)] = (kind, r.episode_score.reward)
     tokens["discarded"] = sum(arm.ledger.pop(k) for k in stale)
     scored = train_batch(ctx, done)
     kept = train_batch(ctx, [r for r in done if r.finish_reason != "stage_budget"])
@@ -148,8 +156,8 @@ def play_cycle(parts, arm: Arm, cycle: int, tasks) -> dict:
         "parked_tokens": sum(arm.ledger.values()),
         "train_samples": scored[0], "train_tokens": scored[1],
         "train_samples_without_cut": kept[0], "train_tokens_without_cut": kept[1],
-        "completed_reward": round(sum(rewards["completed"]) / len(rewards["completed"]), 4) if rewards["completed"] else None,
-        "cut_reward": round(sum(rewards["cut"]) / len(rewards["cut"]), 4) if rewards["cut"] else None,
+        "solved": sum(r.episode_score.verdict == "pass" for r in done),
+        "rewards": rewards,  # each ended episode's reward, by how it ended
         "slot_utilisation": stats.get("slot_utilisation"), "generate_s": round(seconds, 1),
     }  # fmt: skip
     arm.cycles.append(row)
@@ -168,11 +176,55 @@ def totals(arm: Arm) -> dict:
     accounted = sum(t[k] for k in ("completed_tokens", "cut_tokens", "other_tokens", "discarded_tokens"))
     t["balanced"] = accounted + t["in_flight_tokens"] == t["generated"]
     t["tokens_per_s"] = round(t["generated"] / t["generate_s"], 1) if t["generate_s"] else None
-    for kind in ("completed", "cut"):  # the mean reward of the episodes of each kind (cut: unbegun ones too)
-        scored = [c for c in arm.cycles if c[f"{kind}_reward"] is not None]
-        n = sum(c[kind] for c in scored)
-        t[f"{kind}_reward"] = round(sum(c[f"{kind}_reward"] * c[kind] for c in scored) / n, 4) if n else None
+    t["solved"] = sum(c["solved"] for c in arm.cycles)
+    t["drawn"] = len(arm.drawn)
+    for kind in (
+        "completed",
+        "cut",
+        "other",
+    ):  # the rewards of the episodes of each kind (cut: unbegun ones too)
+        t[f"{kind}_reward_total"] = round(sum(sum(c["rewards"][kind]) for c in arm.cycles), 4)
     return t
+
+
+def trained_rewards(arm: Arm, drop_cut: bool) -> list[float]:
+    """The rewards of the episodes the update would train on (cut ones unless `drop_cut`)."""
+    kinds = ("completed", "other") if drop_cut else ("completed", "cut", "other")
+    return [x for c in arm.cycles for k in kinds for x in c["rewards"][k]]
+
+
+def by_task(arm: Arm) -> dict[str, float]:
+    """task -> the fraction of its drawn episodes that ran to their natural end (a group's
+    episodes share a task, so the task, not the episode, is the unit resampled)."""
+    out: dict[str, list[int]] = {}
+    for key in arm.drawn:
+        out.setdefault(key[0], []).append(arm.ends.get(key, ("",))[0] == "completed")
+    return {task: sum(v) / len(v) for task, v in out.items()}
+
+
+def rates(arms: dict[str, Arm]) -> dict:
+    """The rates the arms are compared on, with n and 95% intervals (flywheel/reports/stats.py):
+    completion per drawn episode (Wilson per arm; the difference paired over tasks, both arms
+    drew the same), train samples per cycle (paired over cycles), the mean reward of the
+    trained episodes (bootstrap over episodes, partial against each reading of cut)."""
+    from flywheel.reports.stats import paired, unpaired, wilson
+
+    cut, partial = arms["cut"], arms["partial"]
+    out: dict = {"completion": {}, "reward": {}}
+    for arm in (cut, partial):
+        k, n = sum(v[0] == "completed" for v in arm.ends.values()), len(arm.drawn)
+        out["completion"][arm.name] = {"k": k, "n": n, "rate": round(k / n, 4) if n else None,
+                                       "ci": [round(x, 4) for x in wilson(k, n)]}  # fmt: skip
+    out["completion"]["partial_minus_cut"] = paired(by_task(cut), by_task(partial)).as_dict()
+    samples = {a.name: {str(c["cycle"]): c["train_samples"] for c in a.cycles} for a in (cut, partial)}
+    out["train_samples_per_cycle"] = paired(samples["cut"], samples["partial"]).as_dict()
+    base = trained_rewards(partial, drop_cut=False)
+    for label, drop in (("scored", False), ("thrown_away", True)):
+        them = trained_rewards(cut, drop)
+        if them and base:
+            d = unpaired(them, base).as_dict()
+            out["reward"][f"partial_minus_cut_{label}"] = {**d, "n": f"{len(base)} partial, {len(them)} cut"}
+    return out
 
 
 def compare(parts, base, *, level: int, tasks: int, cycles: int, budget: int, max_lag: int = 2,
@@ -190,38 +242,48 @@ def compare(parts, base, *, level: int, tasks: int, cycles: int, budget: int, ma
     for cycle in range(cycles):
         todo = env.make_tasks("train", level, seed + cycle, tasks)
         for arm in arms.values():
+            arm.drawn += [(t.task_id, i) for t in todo for i in range(base.generation.k)]
             log(json.dumps(play_cycle(parts, arm, cycle, todo)))
     return arms
 
 
-def table(arms: dict[str, Arm]) -> str:
+def table(arms: dict[str, Arm], r: dict | None = None) -> str:
+    """The markdown table and the comparisons; `r`: `rates(arms)` when already computed."""
     cut, partial = totals(arms["cut"]), totals(arms["partial"])
     lines = [
         (
             "| arm | sampled tokens | in completed episodes | in cut episodes | other ends | discarded | in flight "
-            "| completed per cycle (total) | cut (of them unbegun) | train samples (tokens) | generate s | tok/s |"
+            "| completed per cycle (total; solved) | cut (of them unbegun) | train samples (tokens) "
+            "| reward of trained episodes: total (n) | generate s | tok/s |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows = [
-        ("cut, scored as they are", cut, False),
-        ("cut, thrown away", cut, True),
-        ("partial", partial, False),
+        ("cut, scored as they are", "cut", cut, False),
+        ("cut, thrown away", "cut", cut, True),
+        ("partial", "partial", partial, False),
     ]
-    for label, t, drop in rows:
+    for label, name, t, drop in rows:
         cut_col = f"{t['cut_tokens']}" + (" (discarded)" if drop else "")
         discarded = t["discarded_tokens"] + (t["cut_tokens"] if drop else 0)
         samples = (t["train_samples_without_cut"], t["train_tokens_without_cut"]) if drop else (t["train_samples"], t["train_tokens"])  # fmt: skip
+        rewards = trained_rewards(arms[name], drop)
         lines.append(
             f"| {label} | {t['generated']} | {t['completed_tokens']} | {cut_col} | {t['other_tokens']} | {discarded} "
             f"| {t['in_flight_tokens']} ({t['in_flight_episodes']} eps) | {', '.join(map(str, t['completed_per_cycle']))} "
-            f"({t['completed']}) | {t['cut']} ({t['cut_unbegun']}) | {samples[0]} ({samples[1]}) | {t['generate_s']} "
-            f"| {t['tokens_per_s']} |"
+            f"({t['completed']}; {t['solved']}) | {t['cut']} ({t['cut_unbegun']}) | {samples[0]} ({samples[1]}) "
+            f"| {sum(rewards):.2f} ({len(rewards)}) | {t['generate_s']} | {t['tokens_per_s']} |"
         )  # fmt: skip
 
     def ratio(a, b):
         return f"{a / b:.2f}" if b else ("inf" if a else "-")
 
+    def diff(d, unit=""):
+        return (f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}], n={d['n']}{unit}"
+                + ("" if d["resolvable"] else ", not resolvable"))  # fmt: skip
+
+    r = r or rates(arms)
+    done = r["completion"]
     lines += [
         "",
         (f"partial/cut: completed episodes {ratio(partial['completed'], cut['completed'])}, tokens in completed "
@@ -230,14 +292,57 @@ def table(arms: dict[str, Arm]) -> str:
         f"{ratio(partial['train_samples'], cut['train_samples_without_cut'])} against thrown-away, "
         f"sampled tokens {ratio(partial['generated'], cut['generated'])}, generate seconds "
         f"{ratio(partial['generate_s'], cut['generate_s'])}"),
+        "",
+        (f"completed per drawn episode (95% Wilson): cut {done['cut']['k']}/{done['cut']['n']} "
+         f"[{done['cut']['ci'][0]:.3f}, {done['cut']['ci'][1]:.3f}], partial {done['partial']['k']}/"
+         f"{done['partial']['n']} [{done['partial']['ci'][0]:.3f}, {done['partial']['ci'][1]:.3f}] (still in flight "
+         f"counts as not completed); partial - cut {diff(done['partial_minus_cut'], ' tasks')} (paired bootstrap)"),
+        f"train samples per cycle, partial - cut (scored as they are): {diff(r['train_samples_per_cycle'], ' cycles')} (paired)",
     ]  # fmt: skip
+    for label, d in r["reward"].items():
+        lines.append(f"mean reward of a trained episode, {label.replace('_', ' ')}: {d['b']:.3f} - {d['a']:.3f} = "
+                     f"{diff(d)} (bootstrap over episodes)")  # fmt: skip
     return "\n".join(lines)
+
+
+def measure(parts, base, args, budget: int, head: str) -> None:
+    """Both arms at one budget; writes cycles.jsonl (as the cycles go), summary.json and
+    table.md under --out/budget-N."""
+    out = Path(args.out) / f"budget-{budget}"
+    out.mkdir(parents=True, exist_ok=True)
+    head = f"{head}, budget {budget} tokens a cycle"
+    print(head, flush=True)
+    with open(out / "cycles.jsonl", "w") as log:
+
+        def emit(line: str) -> None:
+            print(line, flush=True)
+            log.write(line + "\n")
+            log.flush()
+
+        t0 = time.perf_counter()
+        arms = compare(parts, base, level=args.level, tasks=args.tasks, cycles=args.cycles, budget=budget,
+                       max_lag=args.max_lag, log=emit)  # fmt: skip
+        wall = time.perf_counter() - t0
+    compared = rates(arms)
+    summary = {"setup": head, "command": " ".join(["python", *sys.argv]), "args": vars(args), "budget": budget,
+               "wall_s": round(wall, 1), "totals": {name: totals(arm) for name, arm in arms.items()},
+               "rates": compared}  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    text = table(arms, compared)
+    (out / "table.md").write_text(f"{head}\n\n{text}\n")
+    print("\n" + text + "\n", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default=None)
-    ap.add_argument("--budget", type=int, required=True, help="sampled tokens per cycle's generate stage")
+    ap.add_argument(
+        "--budget",
+        type=int,
+        nargs="+",
+        required=True,
+        help="sampled tokens per cycle's generate stage (each in turn)",
+    )
     ap.add_argument("--cycles", type=int, default=6)
     ap.add_argument("--level", type=int, default=1, help="longhorizon level: 1, 2, 3 = 4, 16, 64 steps")
     ap.add_argument(
@@ -268,41 +373,23 @@ def main() -> None:
         trainer={"drop_zero_variance_groups": False},
     )  # fmt: skip
     model = resolve_model(args.model or base.model.path, base.model.cache_dir)
-    out = Path(args.out) / f"budget-{args.budget}"
-    out.mkdir(parents=True, exist_ok=True)
     engine = VLLMEngine(model, base.engine, base.seed)
     sandbox = make_sandbox(base.sandbox)
     sandbox.warm()
     parts = Parts(engine, AutoTokenizer.from_pretrained(model), Domains(["longhorizon"]), sandbox)
     head = (f"{model}: level {args.level}, {args.tasks} tasks x k={args.k} a cycle, {args.slots} slots, turn cap "
-            f"{args.max_turns}, {args.max_tokens} tokens a turn, budget {args.budget} tokens a cycle, {args.cycles} "
-            f"cycles, max_lag {args.max_lag}, {base.engine.dtype}")  # fmt: skip
-    print(head, flush=True)
-    with open(out / "cycles.jsonl", "w") as log:
-
-        def emit(line: str) -> None:
-            print(line, flush=True)
-            log.write(line + "\n")
-            log.flush()
-
-        try:  # warm-up: the engine's first requests, one short episode, not counted
-            ctx = StageContext(config=base, run_id="warm", cycle=0, label="warm", policy_version=0, policy_lag=0,
-                               generation=base.generation.model_copy(update={"max_turns": 2, "k": 1}))  # fmt: skip
-            warm = parts.domains["longhorizon"].make_tasks("train", args.level, 1, 1)
-            stage.play_episodes(parts, ctx, warm, stage.sampling_spec(ctx))
-            t0 = time.perf_counter()
-            arms = compare(parts, base, level=args.level, tasks=args.tasks, cycles=args.cycles,
-                           budget=args.budget, max_lag=args.max_lag, log=emit)  # fmt: skip
-            wall = time.perf_counter() - t0
-        finally:
-            sandbox.close()
-            engine.close()
-    summary = {"setup": head, "command": " ".join(["python", *sys.argv]), "args": vars(args), "wall_s": round(wall, 1),
-               "totals": {name: totals(arm) for name, arm in arms.items()}}  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    text = table(arms)
-    (out / "table.md").write_text(f"{head}\n\n{text}\n")
-    print("\n" + text)
+            f"{args.max_turns}, {args.max_tokens} tokens a turn, {args.cycles} cycles, max_lag {args.max_lag}, "
+            f"{base.engine.dtype}")  # fmt: skip
+    try:  # warm-up: the engine's first requests, one short episode, not counted
+        ctx = StageContext(config=base, run_id="warm", cycle=0, label="warm", policy_version=0, policy_lag=0,
+                           generation=base.generation.model_copy(update={"max_turns": 2, "k": 1}))  # fmt: skip
+        warm = parts.domains["longhorizon"].make_tasks("train", args.level, 1, 1)
+        stage.play_episodes(parts, ctx, warm, stage.sampling_spec(ctx))
+        for budget in args.budget:  # one engine for all: each budget's files are written as it ends
+            measure(parts, base, args, budget, head)
+    finally:
+        sandbox.close()
+        engine.close()
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ class Idle(Replay):
         return Sample(REPLY.removesuffix(END), ids, [-0.5] * len(ids), "stop")
 
 
-def run(bench, sandbox, budget: int, max_lag: int = 2, cycles: int = 4):
+def run(bench, sandbox, budget: int, max_lag: int = 2, cycles: int = 3):
     from flywheel.config import FlywheelConfig
 
     base = FlywheelConfig(run_id="t", engine={"max_model_len": 10**6},
@@ -72,13 +72,28 @@ def test_every_sampled_token_is_counted_once_and_carrying_completes_more(bench, 
         assert (
             100 <= c["generated"] <= 100 + 2 * TURN
         )  # the budget, plus the turns in the engine when it was spent
-    assert cut["cut"] == 4 * 4 and cut["cut_unbegun"] == 2 * 4  # none fits a cycle; 2 never got a slot
+    assert cut["cut"] == 4 * 3 and cut["cut_unbegun"] == 2 * 3  # none fits a cycle; 2 never got a slot
     assert cut["completed"] == 0 and cut["cut_tokens"] == cut["generated"] and cut["in_flight_tokens"] == 0
     assert cut["train_samples_without_cut"] == 0 < cut["train_samples"]
     assert partial["cut"] == 0 and partial["discarded_tokens"] == 0 and partial["in_flight_episodes"] > 0
     assert partial["completed"] >= 2 and partial["completed_tokens"] == partial["completed"] * 6 * TURN
     assert partial["train_samples"] > 0
-    assert "| partial |" in bench.table(arms)
+    # one reward per ended episode, by how it ended
+    for arm, t in ((arms["cut"], cut), (arms["partial"], partial)):
+        for kind in ("completed", "cut", "other"):
+            assert sum(len(c["rewards"][kind]) for c in arm.cycles) == t[kind]
+    assert len(bench.trained_rewards(arms["cut"], drop_cut=False)) == 12
+    assert len(bench.trained_rewards(arms["cut"], drop_cut=True)) == 0
+    assert len(bench.trained_rewards(arms["partial"], drop_cut=False)) == partial["completed"]
+    rates = bench.rates(arms)
+    assert rates["completion"]["cut"]["k"] == 0 and rates["completion"]["cut"]["n"] == 12
+    assert rates["completion"]["partial"]["k"] == partial["completed"]
+    paired = rates["completion"]["partial_minus_cut"]
+    assert paired["n"] == 6 and paired["diff"] == pytest.approx(
+        partial["completed"] / 12, abs=1e-4
+    )  # 2 episodes of each of 6 tasks
+    text = bench.table(arms, rates)
+    assert "| partial |" in text and f"partial {partial['completed']}/12" in text
 
 
 def test_a_stale_group_is_restarted_and_its_tokens_discarded(bench, two_slots):
