@@ -36,7 +36,7 @@ from flywheel.reports.summary import by_domain_level, publish_cycle
 from flywheel.reports.results import CycleSummary, FlywheelResult
 from flywheel.run.runtime import Runtime
 from flywheel.reports.tracking import Tracker
-from flywheel.storage.carried import read_carried
+from flywheel.storage.carried import carried_groups, read_carried
 from flywheel.storage.lake import Lake
 from flywheel.storage.policies import PolicyStore
 from flywheel.storage.query import connect
@@ -67,11 +67,11 @@ def run_cycle(rt: Runtime, cycle: int, updates: UpdatePipeline) -> CycleSummary:
     state = rt.state(cycle)  # which stages are done (flywheel/run/lifecycle.py); none changes another's
     generation: dict = {}
     if not state.committed:
-        tasks = timed("sample", sample, rt, cycle)
-        timings["wait_update"] = round(updates.admit_rollouts(), 2)
-        ctx = rt.stage_context(cycle, policy_lag=updates.lag)
         parked_before = read_carried(rt.lake, rt.run_id, cycle - 1)  # partial rollouts the last cycle parked
         carried = parked_before if parked_before or rt.config.generation.partial.on else None
+        tasks = timed("sample", sample, rt, cycle, carried_groups(parked_before))
+        timings["wait_update"] = round(updates.admit_rollouts(), 2)
+        ctx = rt.stage_context(cycle, policy_lag=updates.lag)
         rollouts = timed("generate", generate, rt, ctx, tasks, carried)
         generation = generation_stats(rollouts)
         rollouts, parked = split_parked(rollouts)

@@ -40,6 +40,11 @@ def carried_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CARRIED_SCHEMA)
 
 
+def carried_groups(rows: list[dict]) -> int:
+    """How many groups `read_carried`'s rows are (a group: the k episodes of a task begun in one cycle)."""
+    return len({(r["started_cycle"], r["task_id"]) for r in rows})
+
+
 def read_carried(lake, run_id: str, cycle: int) -> list[dict]:
     """The episodes committed cycle `cycle` parked ([] when it parked none or is not committed)."""
     if cycle < 0 or not lake.is_committed(run_id, cycle):

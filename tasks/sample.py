@@ -65,11 +65,20 @@ def fresh_tasks(domains, run_seed: int, cycle: int, plan: Counter) -> list[TaskS
 
 
 @task(name="sample", cache_policy=NO_CACHE)
-def sample(rt: SampleRun, cycle: int) -> list[TaskSpec]:
+def sample(rt: SampleRun, cycle: int, carrying: int = 0) -> list[TaskSpec]:
+    """`carrying`: the groups the last cycle parked (partial rollouts, tasks/carry.py), which
+    this cycle plays first. They take places of `sampler.tasks_per_cycle`, before replay and
+    fresh tasks, so a run whose episodes outlast its generate budget works off its backlog
+    instead of adding a full cycle of new groups to it each cycle (bench/README.md, partial
+    rollouts against cutting). A stale carried group that is dropped still takes its place
+    for this cycle."""
     cfg = rt.config
+    places = max(0, cfg.sampler.tasks_per_cycle - carrying)
     replayed = (rt.lake.read_replay_queue(rt.run_id, cycle) or []) if cfg.replay.enabled else []
-    replayed = replayed[: int(cfg.sampler.tasks_per_cycle * cfg.sampler.max_replay_fraction)]
-    count = cfg.sampler.tasks_per_cycle - len(replayed)
+    replayed = replayed[: min(places, int(cfg.sampler.tasks_per_cycle * cfg.sampler.max_replay_fraction))]
+    count = places - len(replayed)
+    if count == 0:
+        return replayed
     levels = sampled_levels(rt.domains, cfg.sampler)
     if cfg.curriculum.enabled:
         cur = cfg.curriculum
@@ -89,7 +98,9 @@ def sample(rt: SampleRun, cycle: int) -> list[TaskSpec]:
     taken = {t.task_id for t in replayed}
     fresh = [dataclasses.replace(t, origin_cycle=cycle) for t in fresh if t.task_id not in taken]
     budget = cfg.engine.max_model_len - cfg.generation.max_tokens
-    return quarantine_long_prompts(replayed + fresh, rt.tokenizer, budget, rt.run_dir / "quarantine" / f"cycle-{cycle}.jsonl")
+    return quarantine_long_prompts(
+        replayed + fresh, rt.tokenizer, budget, rt.run_dir / "quarantine" / f"cycle-{cycle}.jsonl"
+    )
 
 
 def quarantine_long_prompts(tasks: list[TaskSpec], tokenizer, budget: int, path: Path) -> list[TaskSpec]:
@@ -105,6 +116,11 @@ def quarantine_long_prompts(tasks: list[TaskSpec], tokenizer, budget: int, path:
         with path.open("a") as f:
             for t, n in dropped:
                 reason = f"prompt is {n} tokens; engine.max_model_len - generation.max_tokens = {budget}"
-                f.write(json.dumps({"task_id": t.task_id, "domain": t.domain, "level": t.level, "reason": reason}) + "\n")
-        logging.getLogger("flywheel").warning("quarantined %d tasks with over-long prompts: see %s", len(dropped), path)
+                f.write(
+                    json.dumps({"task_id": t.task_id, "domain": t.domain, "level": t.level, "reason": reason})
+                    + "\n"
+                )
+        logging.getLogger("flywheel").warning(
+            "quarantined %d tasks with over-long prompts: see %s", len(dropped), path
+        )
     return [t for t, _ in kept]

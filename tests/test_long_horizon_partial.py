@@ -156,6 +156,31 @@ def test_carried_groups_land_exactly_once_through_the_lake(box, tmp_path):  # no
     assert not ids0 & {r["trajectory_id"] for r in later}
 
 
+def test_carried_groups_take_their_places_among_a_cycles_tasks(tiny_model, tmp_path):
+    """A cycle that plays k carried groups draws tasks_per_cycle - k new tasks (none when it
+    carries as many), the same ones as a prefix of the full draw: the backlog of a run whose
+    episodes outlast their budget stays bounded (bench/README.md, partial against cut)."""
+    from flywheel.config import FlywheelConfig
+    from flywheel.run.runtime import Runtime
+    from flywheel.storage.carried import carried_groups
+    from flywheel.tasks.sample import sample
+
+    rt = Runtime(FlywheelConfig(
+        run_id="places", runs_dir=str(tmp_path), model={"path": tiny_model}, tracking={"backends": []},
+        sampler={"domains": ["longhorizon"], "levels": [1], "tasks_per_cycle": 3}, replay={"enabled": False},
+    ))  # fmt: skip
+    try:
+        draws = {carrying: sample.fn(rt, 1, carrying) for carrying in (0, 1, 3, 5)}
+    finally:
+        rt.close()
+    assert [len(draws[c]) for c in (0, 1, 3, 5)] == [3, 2, 0, 0]
+    assert [t.task_id for t in draws[1]] == [t.task_id for t in draws[0][:2]]
+    rows = [{"started_cycle": c, "task_id": t} for c, t in [(0, "a"), (0, "a"), (0, "b"), (1, "a")]]
+    assert (
+        carried_groups(rows) == 3
+    )  # (cycle, task): a's two episodes are one group; a again in cycle 1 another
+
+
 @pytest.mark.integration
 @pytest.mark.slow  # ~5 min (two vLLM starts); test_carried_groups_land_exactly_once_through_the_lake covers it fast
 def test_partial_rollouts_are_exactly_once_across_kill_9(tiny_model, tmp_path):
