@@ -26,6 +26,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+GRPC_OFFSET = 10000  # weed serves each component's gRPC on its port + 10000
+
+
+def weed_ports(count: int, avoid: tuple[int, ...] = ()) -> list[int]:
+    """`count` ports for weed's components, each free with its port + 10000 free too, and none
+    equal to another's gRPC port (nor to those of `avoid`): weed mini refuses a port another
+    one's gRPC would take ("reserved for gRPC calculation"), which independent free ports hit
+    now and then (a test suite's worth of starts did, 2026-12-07)."""
+    chosen: list[int] = []
+    taken = {q for p in avoid for q in (p, p + GRPC_OFFSET)}
+    while len(chosen) < count:
+        port = free_port()
+        grpc = port + GRPC_OFFSET
+        if grpc > 65535 or port in taken or grpc in taken or not _bindable(grpc):
+            continue
+        chosen.append(port)
+        taken |= {port, grpc}
+    return chosen
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def weed_binary() -> str:
     found = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
     if not os.path.exists(found):
@@ -40,10 +69,12 @@ class SeaweedServer:
     def __init__(self, data_dir: str | Path, port: int | None = None, access_key: str = "flywheel",
                  secret_key: str = "flywheel-secret"):  # fmt: skip
         self.dir = Path(data_dir).absolute()
-        self.port = port or free_port()
         self.access_key, self.secret_key = access_key, secret_key
         # weed mini opens a dozen ports; pin the main ones so a restart finds them again
-        self.ports = {p: free_port() for p in ("master.port", "volume.port", "filer.port")}
+        names = ("master.port", "volume.port", "filer.port")
+        ports = weed_ports(len(names) + (port is None), avoid=(port,) if port else ())
+        self.port = port or ports.pop()
+        self.ports = dict(zip(names, ports))
         self.proc: subprocess.Popen | None = None
 
     @property

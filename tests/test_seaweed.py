@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from flywheel.storage.lake import Lake
-from flywheel.storage.seaweed import free_port
+from flywheel.storage.seaweed import GRPC_OFFSET, free_port, weed_ports
 from flywheel.storage.synthetic import cycle_tables
 
 
@@ -29,7 +29,9 @@ def test_store_serve_serves_a_lake_and_stops_cleanly(tmp_path, monkeypatch):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
-    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, f"-s3.port={port}")]
+    left = [
+        p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, f"-s3.port={port}")
+    ]
     assert proc.returncode == 0 and left == [], (proc.returncode, left)
 
 
@@ -38,3 +40,13 @@ def _cmdline_has(proc_dir: Path, needle: str) -> bool:
         return needle in (proc_dir / "cmdline").read_bytes().decode(errors="replace")
     except OSError:  # the process is gone
         return False
+
+
+def test_weed_ports_leave_every_grpc_port_to_its_own_component():
+    """weed mini refuses a port that another component's gRPC (its port + 10000) would take:
+    the CI-sized failure of 2026-12-07 ("reserved for gRPC calculation")."""
+    for _ in range(50):
+        avoid = free_port() % 30000 + 20000  # a port of the caller, below 55536
+        ports = weed_ports(4, avoid=(avoid,))
+        pairs = [q for p in [*ports, avoid] for q in (p, p + GRPC_OFFSET)]
+        assert len(set(pairs)) == len(pairs) and max(pairs) <= 65535, (ports, avoid)
