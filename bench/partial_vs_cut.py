@@ -178,11 +178,8 @@ def totals(arm: Arm) -> dict:
     t["tokens_per_s"] = round(t["generated"] / t["generate_s"], 1) if t["generate_s"] else None
     t["solved"] = sum(c["solved"] for c in arm.cycles)
     t["drawn"] = len(arm.drawn)
-    for kind in (
-        "completed",
-        "cut",
-        "other",
-    ):  # the rewards of the episodes of each kind (cut: unbegun ones too)
+    # the rewards of the episodes of each kind (cut: unbegun ones too)
+    for kind in ("completed", "cut", "other"):
         t[f"{kind}_reward_total"] = round(sum(sum(c["rewards"][kind]) for c in arm.cycles), 4)
     return t
 

@@ -77,8 +77,6 @@ def sample(rt: SampleRun, cycle: int, carrying: int = 0) -> list[TaskSpec]:
     replayed = (rt.lake.read_replay_queue(rt.run_id, cycle) or []) if cfg.replay.enabled else []
     replayed = replayed[: min(places, int(cfg.sampler.tasks_per_cycle * cfg.sampler.max_replay_fraction))]
     count = places - len(replayed)
-    if count == 0:
-        return replayed
     levels = sampled_levels(rt.domains, cfg.sampler)
     if cfg.curriculum.enabled:
         cur = cfg.curriculum
