@@ -8,7 +8,8 @@ from pathlib import Path
 
 
 def default_ds_config(cfg, bf16: bool) -> dict:
-    """policy/ds_zero3.json (or `cfg.ds_config`), with the trainer's clipping and precision:
+    """policy/ds_zero3.json (or `cfg.ds_config`), with the trainer's clipping, precision and
+    ZeRO stage (`cfg.zero_stage`, when set):
     bf16 as autocast over float32 master weights (policy/trainer.py says why), never
     DeepSpeed's bf16 weights (whose export would be the bf16 rounding of the master)."""
     path = cfg.ds_config or str(Path(__file__).with_name("ds_zero3.json"))
@@ -17,7 +18,13 @@ def default_ds_config(cfg, bf16: bool) -> dict:
     ds_config["gradient_clipping"] = cfg.max_grad_norm
     ds_config["bf16"] = {**ds_config.get("bf16", {}), "enabled": False}
     ds_config["torch_autocast"] = {"enabled": bf16, "dtype": "bfloat16", "lower_precision_safe_modules": []}
+    if cfg.zero_stage is not None:
+        ds_config.setdefault("zero_optimization", {})["stage"] = cfg.zero_stage
     return ds_config
+
+
+def zero_stage(ds_config: dict) -> int:
+    return int(ds_config.get("zero_optimization", {}).get("stage", 0))
 
 
 def fit_buckets(ds_config: dict, trainable: list) -> dict:

@@ -1,4 +1,5 @@
 """The GRPO update on DeepSpeed ZeRO-3: one process on CPU (gloo), many with a launcher.
+On one process `trainer.zero_stage: 0` runs DeepSpeed without sharding (nothing to shard there).
 
 One `step` is one optimizer step over a batch of trajectories. Each rank takes its share
 and packs it into micro-batches of at most `micro_batch_tokens` padded tokens
@@ -10,11 +11,11 @@ update. Ranks pad their count of each kind of micro-batch to the largest (ZeRO-3
 every rank in every forward). Loss weights are computed over the whole batch, so the update is the
 same whatever the budget or the number of ranks (tests/test_trainer.py checks it).
 
-The optimizer is a client `torch.optim.AdamW`, so no DeepSpeed op has to compile.
-Weights leave the trainer as a plain HF safetensors dir (`export`), which both the
-engine and a later run load; DeepSpeed checkpoints (with optimizer state) make a killed
-run resume exactly. With `cfg.lora` only PEFT adapters train (policy/lora.py); the export
-merges them into the weights and holds them alone too.
+The optimizer is a client `torch.optim.AdamW`, so no DeepSpeed op has to compile. Weights
+leave as a plain HF safetensors dir (`export`), which the engine and a later run load;
+DeepSpeed checkpoints (with optimizer state) make a killed run resume exactly. With
+`cfg.lora` only PEFT adapters train (policy/lora.py); the export merges them in and holds
+them alone too.
 
 Samples whose old logprobs are not the trainer's own (an older policy's, or an engine's
 with other numerics, e.g. bf16 rollouts) are clipped against the trainer's current
@@ -44,11 +45,10 @@ saving is bandwidth between GPUs, nothing on one process).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
-import socket
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +56,8 @@ import torch
 from flywheel.policy import lora
 from flywheel.policy.batching import MicroBatch, plan, rank_share
 from flywheel.policy.chunked import micro_batch_logprobs, set_checkpointing
-from flywheel.policy.ds_config import default_ds_config, fit_buckets
+from flywheel.policy.distributed import init_distributed, max_over_ranks
+from flywheel.policy.ds_config import default_ds_config, fit_buckets, zero_stage
 from flywheel.policy.export import plain_state, write_export
 from flywheel.policy.grpo import (
     clipped_pg_loss,
@@ -151,56 +152,6 @@ def cpu_has_bf16_units() -> bool:
     return bool(re.search(r"\b(amx_bf16|avx512_bf16)\b", flags))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-SOLO_MARK = "FLYWHEEL_SOLO_PROCESS_GROUP"
-
-
-def _init_distributed() -> str:
-    """Under a launcher (WORLD_SIZE set), the launcher's rendezvous. Alone, a process
-    group of one over an in-memory store: no port to pick, so nothing on the machine
-    (a Ray cluster, a vLLM server) can take it between choosing and binding.
-
-    Alone, the launcher's variables are still set (some DeepSpeed paths read them), with
-    SOLO_MARK naming the port chosen: a child process (a Prefect worker's flow run, a CLI
-    run from a test) inherits them, and without the mark would take them for a launcher's
-    and rendezvous on its parent's port."""
-    cuda = torch.cuda.is_available()
-    if not cuda:
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    mark = os.environ.get(SOLO_MARK)
-    inherited_solo = mark is not None and mark == os.environ.get("MASTER_PORT")
-    launched = "WORLD_SIZE" in os.environ and not inherited_solo
-    if not launched:
-        port = os.environ.get("MASTER_PORT") if inherited_solo else None
-        port = port or str(_free_port())  # read by some DeepSpeed paths; never bound alone
-        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"})
-        os.environ.update({"MASTER_PORT": port, SOLO_MARK: port})
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    import deepspeed
-
-    backend = "nccl" if cuda else "gloo"
-    if not torch.distributed.is_initialized():
-        if not launched:
-            torch.distributed.init_process_group(
-                backend, store=torch.distributed.HashStore(), rank=0, world_size=1
-            )
-        deepspeed.init_distributed(dist_backend=backend)  # adopts a group that already exists
-    return "cuda" if cuda else "cpu"
-
-
-def _max_over_ranks(value: int) -> int:
-    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
-        return value
-    t = torch.tensor([value])
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return int(t.item())
-
-
 class GRPOTrainer:
     def __init__(
         self,
@@ -213,7 +164,7 @@ class GRPOTrainer:
         """`reference_dir`: the frozen policy for the KL penalty (default `model_dir`);
         loaded only when `cfg.kl_coef` > 0. `distill`: a DistillConfig (on-policy
         distillation, its mode and weight); None or mode "off": GRPO alone."""
-        self.device = _init_distributed()
+        self.device = init_distributed()
         import deepspeed
         from transformers import AutoModelForCausalLM
 
@@ -233,6 +184,12 @@ class GRPOTrainer:
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.ds_config = fit_buckets(ds_config or default_ds_config(cfg, uses_bf16(cfg)), trainable)
+        self.sharded = zero_stage(self.ds_config) == 3
+        if not self.sharded and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(
+                f"trainer.zero_stage {zero_stage(self.ds_config)} is for one process; with "
+                f"{os.environ['WORLD_SIZE']} ranks the update runs ZeRO-3 (zero_stage 3 or empty)"
+            )
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
         self.bf16 = bool(self.ds_config.get("torch_autocast", {}).get("enabled"))  # a given ds_config's say
         self.reference = None
@@ -269,63 +226,27 @@ class GRPOTrainer:
         forwards = []
         for kind in (True, False):
             of_kind = [b for b in batches if b.shared_prompt == kind]
-            missing = _max_over_ranks(len(of_kind)) - len(of_kind)
+            missing = max_over_ranks(len(of_kind)) - len(of_kind)
             forwards += of_kind + [MicroBatch.padding(samples, kind)] * missing
         loss_total, padded, real, stats_seen = 0.0, 0, 0, []
         self.engine.train()
         peak = PeakMemory(self.device)
-        for batch in forwards:
-            long = not batch.shared_prompt and batch.tokens()[1] > cfg.micro_batch_tokens
-            checkpointed = cfg.gradient_checkpointing
-            set_checkpointing(self.engine, long if checkpointed is None else checkpointed)
-            return_freed_memory(long and self.device == "cpu")
-            # DeepSpeed averages gradients over ranks; we want the sum
-            scale = float(world) if batch.counts else 0.0
-            chunk = batch.samples
-            new_lp = self._logprobs(self.engine, batch)
-            old_lp = torch.zeros_like(new_lp)
-            weights = torch.zeros_like(new_lp)
-            scales = [weight_of[id(s)] * scale for s in chunk]
-            place_completions(chunk, old_lp, weights, scales, batch.shared_prompt)
-            if objective == "sft":
-                loss, stats = nll_loss(new_lp, weights)
-            else:
-                ref_lp = None
-                if self.reference is not None:  # in the policy's numerics, so KL starts at 0
-                    with torch.no_grad(), torch.autocast(self.device, torch.bfloat16, enabled=self.bf16):
-                        ref_lp = self._logprobs(self.reference, batch)
-                adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
-                if self.distill is not None and self.distill.mode == "only":
-                    adv = torch.zeros_like(adv)  # the teacher's term is the signal (a reference KL stays)
-                is_w = None
-                if cfg.off_policy_correction == "truncated_is" and any(s.behaviour_differs for s in chunk):
-                    stale = torch.tensor([s.behaviour_differs for s in chunk], device=new_lp.device)
-                    old_lp, is_w = decoupled_importance(new_lp, old_lp, stale, cfg.is_cap)
-                loss, stats = clipped_pg_loss(
-                    new_lp,
-                    old_lp,
-                    adv,
-                    weights,
-                    cfg.clip_eps_low,
-                    cfg.clip_eps_high,
-                    ref_lp,
-                    cfg.kl_coef,
-                    is_w,
-                )
-                if self.distill is not None:
-                    teacher_lp = torch.zeros_like(new_lp)
-                    place_teacher(chunk, teacher_lp, batch.shared_prompt)
-                    term, term_stats = reverse_kl_loss(
-                        new_lp, old_lp, teacher_lp, weights, cfg.clip_eps_low, cfg.clip_eps_high, is_w
-                    )
-                    loss = loss + self.distill.weight * term
-                    stats.update({f"distill_{k}": v for k, v in term_stats.items()})
-            self.engine.backward(loss, scale_wrt_gas=False)
-            loss_total += loss.item() / world
-            if batch.counts:
-                r, p = batch.tokens()
-                real, padded = real + r, padded + p
-            stats_seen.append(stats)
+        with self._weights_cast_once():
+            for batch in forwards:
+                long = not batch.shared_prompt and batch.tokens()[1] > cfg.micro_batch_tokens
+                checkpointed = cfg.gradient_checkpointing
+                set_checkpointing(self.engine, long if checkpointed is None else checkpointed)
+                return_freed_memory(long and self.device == "cpu")
+                # DeepSpeed averages gradients over ranks; we want the sum
+                scales = [weight_of[id(s)] * (float(world) if batch.counts else 0.0) for s in batch.samples]
+                loss, stats = self._loss(batch, scales, objective)
+                with torch.autocast(self.device, enabled=False):  # backward outside autocast, as torch asks
+                    self.engine.backward(loss, scale_wrt_gas=False)
+                loss_total += loss.item() / world
+                if batch.counts:
+                    r, p = batch.tokens()
+                    real, padded = real + r, padded + p
+                stats_seen.append(stats)
         return_freed_memory(False)
         self.engine.step()
         self.steps += 1
@@ -344,6 +265,50 @@ class GRPOTrainer:
         metrics["off_policy_samples"] = sum(1 for s in samples if s.policy_lag > 0)
         metrics["engine_mismatch_samples"] = sum(1 for s in samples if s.engine_mismatch)
         return {**metrics, **peak.read()}
+
+    def _loss(self, batch: MicroBatch, scales: list[float], objective: str) -> tuple[torch.Tensor, dict]:
+        """One micro-batch's loss (each sample's tokens weighted by its scale) and its statistics."""
+        cfg, chunk = self.cfg, batch.samples
+        new_lp = self._logprobs(self.engine, batch)
+        old_lp = torch.zeros_like(new_lp)
+        weights = torch.zeros_like(new_lp)
+        place_completions(chunk, old_lp, weights, scales, batch.shared_prompt)
+        if objective == "sft":
+            return nll_loss(new_lp, weights)
+        ref_lp = None
+        if self.reference is not None:  # in the policy's numerics, so KL starts at 0
+            with torch.no_grad(), torch.autocast(self.device, torch.bfloat16, enabled=self.bf16):
+                ref_lp = self._logprobs(self.reference, batch)
+        adv = torch.tensor([s.advantage for s in chunk], dtype=new_lp.dtype, device=new_lp.device)
+        if self.distill is not None and self.distill.mode == "only":
+            adv = torch.zeros_like(adv)  # the teacher's term is the signal (a reference KL stays)
+        is_w = None
+        if cfg.off_policy_correction == "truncated_is" and any(s.behaviour_differs for s in chunk):
+            stale = torch.tensor([s.behaviour_differs for s in chunk], device=new_lp.device)
+            old_lp, is_w = decoupled_importance(new_lp, old_lp, stale, cfg.is_cap)
+        loss, stats = clipped_pg_loss(
+            new_lp, old_lp, adv, weights, cfg.clip_eps_low, cfg.clip_eps_high, ref_lp, cfg.kl_coef, is_w
+        )
+        if self.distill is not None:
+            teacher_lp = torch.zeros_like(new_lp)
+            place_teacher(chunk, teacher_lp, batch.shared_prompt)
+            term, term_stats = reverse_kl_loss(
+                new_lp, old_lp, teacher_lp, weights, cfg.clip_eps_low, cfg.clip_eps_high, is_w
+            )
+            loss = loss + self.distill.weight * term
+            stats.update({f"distill_{k}": v for k, v in term_stats.items()})
+        return loss, stats
+
+    def _weights_cast_once(self):
+        """Under bf16, one region of autocast over the whole step when the weights are whole
+        (ZeRO stage 0): autocast keeps its bf16 copy of each float32 weight until its outermost
+        region ends, so every micro-batch's forward reuses the first one's cast instead of
+        making its own (the same numbers; tests/test_trainer_stage.py). Not under ZeRO-3, whose
+        weights are gathered and released per layer: there it would hold a bf16 copy of the
+        whole model on every rank."""
+        if not self.bf16 or self.sharded:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device, torch.bfloat16)
 
     def min_shared_prompt(self) -> int | None:
         """The shortest prompt whose group runs it once (None: never). `share_prompt`
@@ -386,6 +351,13 @@ class GRPOTrainer:
         self.engine.save_checkpoint(str(ckpt_dir), tag=tag)
 
     def load_checkpoint(self, ckpt_dir: str | Path, tag: str) -> None:
+        files = [f.name for f in (Path(ckpt_dir) / tag).glob("*.pt")]
+        if files and any("zero_pp_rank" in f for f in files) != self.sharded:
+            written, running = (3, 0) if not self.sharded else (0, 3)
+            raise RuntimeError(
+                f"checkpoint {tag!r} in {ckpt_dir} was written at ZeRO stage {written}, and this trainer "
+                f"runs stage {running}: set trainer.zero_stage: {written} to resume it"
+            )
         path, _ = self.engine.load_checkpoint(str(ckpt_dir), tag=tag)
         if path is None:
             raise RuntimeError(f"no DeepSpeed checkpoint {tag!r} in {ckpt_dir}")

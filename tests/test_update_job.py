@@ -94,7 +94,7 @@ def test_a_child_of_a_solo_trainer_does_not_rendezvous_on_its_parents_port():
     run failed with EADDRINUSE."""
     import socket
 
-    from flywheel.policy.trainer import SOLO_MARK
+    from flywheel.policy.distributed import SOLO_MARK
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -102,7 +102,7 @@ def test_a_child_of_a_solo_trainer_does_not_rendezvous_on_its_parents_port():
         port = str(held.getsockname()[1])
         env = {**os.environ, "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": port, SOLO_MARK: port}  # fmt: skip
-        code = "from flywheel.policy.trainer import _init_distributed; print(_init_distributed())"
+        code = "from flywheel.policy.distributed import init_distributed; print(init_distributed())"
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().endswith("cpu")
