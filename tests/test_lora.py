@@ -21,7 +21,8 @@ def lora_cfg(**kw) -> TrainerConfig:
     # 1e-2: at 5e-2 Adam's first steps overshoot and whether BAD goes down depended on the
     # adapters' random init (3 of 8 seeds went the wrong way); at 1e-2 all of 6 moved by ~3 nats
     torch.manual_seed(0)  # the adapters' init, not whatever ran before in this process
-    return TrainerConfig(learning_rate=1e-2, lora=LoraConfig(r=4, alpha=8, **kw))
+    zero_stage = kw.pop("zero_stage", None)
+    return TrainerConfig(learning_rate=1e-2, lora=LoraConfig(r=4, alpha=8, **kw), zero_stage=zero_stage)
 
 
 def grpo_batch(trainer) -> list[TrainSample]:
@@ -29,9 +30,9 @@ def grpo_batch(trainer) -> list[TrainSample]:
     return [TrainSample(PROMPT, GOOD, old[0], +1.0), TrainSample(PROMPT, BAD, old[1], -1.0)]
 
 
-@pytest.fixture(scope="module")
-def trained(tiny_model):
-    trainer = GRPOTrainer(tiny_model, lora_cfg())
+@pytest.fixture(scope="module", params=[None, 0], ids=["zero3", "stage0"])  # trainer.zero_stage
+def trained(tiny_model, request):
+    trainer = GRPOTrainer(tiny_model, lora_cfg(zero_stage=request.param))
     before = trainer.logprobs(SEQS, LENS)
     for _ in range(3):
         trainer.step(grpo_batch(trainer))
