@@ -77,7 +77,7 @@ class PlainTrainer(GRPOTrainer):
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.bf16 = uses_bf16(cfg)
-        self.ds_config, self.sharded = None, False  # whole weights: one cast per step (GRPOTrainer)
+        self.ds_config, self.stage = None, 0  # whole weights: one cast per step (GRPOTrainer)
         self.engine = PlainEngine(model, optimizer, cfg.max_grad_norm, self.device, self.bf16)
         self.reference = None
         if cfg.kl_coef > 0:

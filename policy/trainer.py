@@ -184,11 +184,11 @@ class GRPOTrainer:
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.ds_config = fit_buckets(ds_config or default_ds_config(cfg, uses_bf16(cfg)), trainable)
-        self.sharded = zero_stage(self.ds_config) == 3
-        if not self.sharded and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        self.stage = zero_stage(self.ds_config)
+        if self.stage == 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError(
-                f"trainer.zero_stage {zero_stage(self.ds_config)} is for one process; with "
-                f"{os.environ['WORLD_SIZE']} ranks the update runs ZeRO-3 (zero_stage 3 or empty)"
+                f"trainer.zero_stage 0 is for one process; with {os.environ['WORLD_SIZE']} ranks "
+                "the update runs ZeRO-3 (zero_stage 3 or empty)"
             )
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
         self.bf16 = bool(self.ds_config.get("torch_autocast", {}).get("enabled"))  # a given ds_config's say
@@ -306,7 +306,7 @@ class GRPOTrainer:
         making its own (the same numbers; tests/test_trainer_stage.py). Not under ZeRO-3, whose
         weights are gathered and released per layer: there it would hold a bf16 copy of the
         whole model on every rank."""
-        if not self.bf16 or self.sharded:
+        if not self.bf16 or self.stage == 3:  # only ZeRO-3 splits the weights themselves
             return contextlib.nullcontext()
         return torch.autocast(self.device, torch.bfloat16)
 
@@ -352,11 +352,12 @@ class GRPOTrainer:
 
     def load_checkpoint(self, ckpt_dir: str | Path, tag: str) -> None:
         files = [f.name for f in (Path(ckpt_dir) / tag).glob("*.pt")]
-        if files and any("zero_pp_rank" in f for f in files) != self.sharded:
-            written, running = (3, 0) if not self.sharded else (0, 3)
+        written_by_zero = any("zero_pp_rank" in f for f in files)  # stages 1-3 write per-rank files
+        if files and written_by_zero != (self.stage > 0):
+            written = "ZeRO (stage 1-3)" if written_by_zero else "ZeRO stage 0"
             raise RuntimeError(
-                f"checkpoint {tag!r} in {ckpt_dir} was written at ZeRO stage {written}, and this trainer "
-                f"runs stage {running}: set trainer.zero_stage: {written} to resume it"
+                f"checkpoint {tag!r} in {ckpt_dir} was written by {written}, and this trainer runs "
+                f"stage {self.stage}: set trainer.zero_stage: {3 if written_by_zero else 0} to resume it"
             )
         path, _ = self.engine.load_checkpoint(str(ckpt_dir), tag=tag)
         if path is None:
