@@ -49,7 +49,10 @@ def _assert_same(whole, chunked):
     assert torch.allclose(lp_c, lp_w, atol=1e-5)
     assert loss_c == pytest.approx(loss_w, rel=1e-5, abs=1e-7)
     for name, g in grads_w.items():
-        assert torch.allclose(grads_c[name], g, rtol=1e-4, atol=1e-6), name
+        # float32 sums in another order: the error scales with the terms summed (the
+        # tensor's scale), not with an element that cancels to near 0 (the tied embedding's
+        # gradient, the LM head's over every position plus the input's, has such elements)
+        assert torch.allclose(grads_c[name], g, rtol=1e-4, atol=max(1e-6, 1e-5 * g.abs().max().item())), name
 
 
 def test_chunked_logprobs_give_the_loss_and_gradients_of_the_whole_logits(model):
