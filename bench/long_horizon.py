@@ -1,7 +1,7 @@
 """Long horizons: a cycle's generate and update at 4, 16 and 64 turns, whole history against a window.
 
     .venv/bin/python bench/long_horizon.py [MODEL_DIR] [--turns 4 16 64] [--tasks 2] [--k 2]
-        [--max-tokens 32] [--max-model-len 4096] [--arms none window]
+        [--max-tokens 32] [--max-model-len 4096] [--arms none window] [--zero-stage 0]
 
 For each turn count N, `tasks` `longhorizon` tasks of the level whose chain is N steps long
 (level 1: 4, 2: 16, 3: 64), k episodes each, capped at N turns, are played by the generate
@@ -9,7 +9,8 @@ stage's own code (`flywheel.tasks.generate.play_episodes`: the episode runner, t
 flywheel's vLLM engine with continuous turns, the bwrap pool with one workspace per
 episode), then the update stage's batch is built from them (`build_batch`: one sample per
 episode, or per turn where the history was edited) and the trainer takes one GRPO step on
-it (DeepSpeed ZeRO-3 on CPU, the run's defaults). Three arms per N:
+it (DeepSpeed on CPU at the run's default ZeRO stage, 3, or `--zero-stage 0`: the same
+engine unsharded, `trainer.zero_stage`). Three arms per N:
   none         the whole history each turn (the runner before issue 46), one sample per episode;
   window       the domain's own policy (the last 6 to 8 turns, moved 3 at a time:
                environments/domains/longhorizon.py), trained step by step;
@@ -18,7 +19,8 @@ it (DeepSpeed ZeRO-3 on CPU, the run's defaults). Three arms per N:
 Reported per arm: the model's sampled tokens per second of the stage and the engine's slot
 utilisation (tasks/generate.py `generation_stats`, the cycle summary's figures), the
 longest prompt the engine was given, the episodes that ran out of context, the train
-samples and their tokens, and the seconds of generate, update and both (the cycle less
+samples and their tokens, the update's peak resident set (its `peak_rss_gib` metric, the
+step's VmHWM), and the seconds of generate, update and both (the cycle less
 sample, score, archive and replay, which take well under a second here). The base model
 rarely finishes a chain, so episodes run to their N turns: the point is the cost of N
 turns, not the reward. Every group's rewards are equal, so the update's advantages are 0;
@@ -56,6 +58,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32, help="tokens per turn")
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--arms", nargs="+", default=["none", "window", "window-by-1"])
+    ap.add_argument("--zero-stage", type=int, choices=[0, 3], default=None, help="trainer.zero_stage")
     args = ap.parse_args()
 
     from transformers import AutoTokenizer
@@ -80,7 +83,7 @@ def main() -> None:
     config = FlywheelConfig(
         run_id="bench", engine={"max_model_len": args.max_model_len},
         generation={"k": args.k, "max_tokens": args.max_tokens}, sandbox={"concurrency": episodes},
-        trainer={"drop_zero_variance_groups": False},
+        trainer={"drop_zero_variance_groups": False, "zero_stage": args.zero_stage},
     )  # fmt: skip
     model = resolve_model(args.model or config.model.path, config.model.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -92,7 +95,7 @@ def main() -> None:
     trainer = GRPOTrainer(model, config.trainer)
     parts = Parts(engine, tokenizer, domains, sandbox)
     print(f"{model}: {args.tasks} tasks x k={args.k}, {args.max_tokens} tokens a turn, context {args.max_model_len}, "
-          f"{episodes} workspaces, {config.engine.dtype}")  # fmt: skip
+          f"{episodes} workspaces, {config.engine.dtype}, ZeRO stage {trainer.stage}")  # fmt: skip
 
     def cycle(turns: int, arm: str) -> dict:
         generation = config.generation.model_copy(update={"max_turns": turns, "context": arms[arm]})
@@ -109,7 +112,7 @@ def main() -> None:
             to_table(rows, TRAJECTORY_SCHEMA), drop_zero_variance=False, trainer_version=0
         )
         t0 = time.perf_counter()
-        trainer.step(samples)
+        metrics = trainer.step(samples)
         upd_s = time.perf_counter() - t0
         prompts = [len(t["prompt_token_ids"]) for r in rollouts for t in (r.turns or [])]
         prompts += [len(r.prompt_token_ids) + len(r.completion_token_ids) for r in rollouts if not r.turns]
@@ -120,10 +123,10 @@ def main() -> None:
             "longest_prompt": max(prompts), "train_samples": len(samples),
             "train_tokens": sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples),
             "sampled": sum(1 for r in rollouts for lp in r.completion_logprobs if not math.isnan(lp)),
-            "generate_s": round(gen_s, 1), "update_s": round(upd_s, 1), "cycle_s": round(gen_s + upd_s, 1),
+            "generate_s": round(gen_s, 1), "update_s": round(upd_s, 1), "update_peak_gib": metrics.get("peak_rss_gib"), "cycle_s": round(gen_s + upd_s, 1),
         }  # fmt: skip
 
-    cycle(args.turns[0], args.arms[0])  # warm-up: first requests, first step
+    cycle(4, args.arms[0])  # warm-up at the shortest chains: first requests, first step
     results = []
     try:
         for turns in args.turns:
@@ -135,11 +138,11 @@ def main() -> None:
         sandbox.close()
         engine.close()
     print("\n| turns | context | turns played | out of context | tok/s | slots busy | longest prompt | train samples "
-          "(tokens) | generate s | update s | cycle s |\n|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+          "(tokens) | generate s | update s | update peak GiB | cycle s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in results:
         print(f"| {r['turns']} | {r['arm']} | {r['episode_turns']} | {r['out_of_context']} | {r['tokens_per_s']:.1f} | "
               f"{100 * r['slot_utilisation']:.0f}% | {r['longest_prompt']} | {r['train_samples']} "
-              f"({r['train_tokens']}) | {r['generate_s']} | {r['update_s']} | {r['cycle_s']} |")  # fmt: skip
+              f"({r['train_tokens']}) | {r['generate_s']} | {r['update_s']} | {r['update_peak_gib']} | {r['cycle_s']} |")  # fmt: skip
 
 
 if __name__ == "__main__":
