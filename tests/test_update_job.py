@@ -72,11 +72,18 @@ def test_the_kl_reference_is_the_one_named(tiny_model, tmp_path):
     """--kl-reference: the penalty measures the distance to that policy (the run's SFT
     policy or base), not to the weights this one-step job starts from (always 0)."""
     import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
 
     lake = commit_cycle(tiny_model, tmp_path)
-    moved = tmp_path / "config.yaml"
-    moved.write_text("trainer:\n  learning_rate: 0.01\n")
-    run_job(1, lake, tiny_model, str(tmp_path / "moved"), str(moved))  # other weights to start from
+    shutil.copytree(tiny_model, tmp_path / "moved")  # other weights to start from (no job needed)
+    gen = torch.Generator().manual_seed(0)
+    weights = {
+        k: v + 0.01 * torch.randn(v.shape, generator=gen)
+        for k, v in load_file(f"{tiny_model}/model.safetensors").items()
+    }
+    save_file(weights, tmp_path / "moved" / "model.safetensors", metadata={"format": "pt"})
     config = tmp_path / "kl.yaml"
     config.write_text("trainer:\n  learning_rate: 0.001\n  kl_coef: 0.1\n")
     kl = {}
