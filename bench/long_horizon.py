@@ -123,7 +123,8 @@ def main() -> None:
             "longest_prompt": max(prompts), "train_samples": len(samples),
             "train_tokens": sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples),
             "sampled": sum(1 for r in rollouts for lp in r.completion_logprobs if not math.isnan(lp)),
-            "generate_s": round(gen_s, 1), "update_s": round(upd_s, 1), "update_peak_gib": metrics.get("peak_rss_gib"), "cycle_s": round(gen_s + upd_s, 1),
+            "generate_s": round(gen_s, 1), "update_s": round(upd_s, 1), "cycle_s": round(gen_s + upd_s, 1),
+            "update_peak_gib": metrics.get("peak_rss_gib"),
         }  # fmt: skip
 
     cycle(4, args.arms[0])  # warm-up at the shortest chains: first requests, first step

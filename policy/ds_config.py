@@ -27,6 +27,21 @@ def zero_stage(ds_config: dict) -> int:
     return int(ds_config.get("zero_optimization", {}).get("stage", 0))
 
 
+def layout(stage: int) -> str:
+    """A ZeRO stage's checkpoint layout: stages 1 and 2 write the same files."""
+    return "3" if stage == 3 else "1-2" if stage else "0"
+
+
+def checkpoint_layout(names: list[str]) -> str | None:
+    """The layout that wrote a DeepSpeed checkpoint, from its file names (DeepSpeed's own
+    naming): per-rank model states only at stage 3, per-rank optimizer states ("zero_pp_rank",
+    "bf16_" in front with DeepSpeed's bf16 section) at stages 1-3. None: no checkpoint files."""
+    ranked = [n for n in names if "zero_pp_rank" in n]
+    if not names:
+        return None
+    return "3" if any(n.endswith("_model_states.pt") for n in ranked) else "1-2" if ranked else "0"
+
+
 def fit_buckets(ds_config: dict, trainable: list) -> dict:
     """ZeRO-3's gradient bucket no larger than what trains. DeepSpeed's default
     (reduce_bucket_size 5e8 elements) allocates a 2 GB float32 buffer per engine whatever

@@ -57,7 +57,7 @@ from flywheel.policy import lora
 from flywheel.policy.batching import MicroBatch, plan, rank_share
 from flywheel.policy.chunked import micro_batch_logprobs, set_checkpointing
 from flywheel.policy.distributed import init_distributed, max_over_ranks
-from flywheel.policy.ds_config import default_ds_config, fit_buckets, zero_stage
+from flywheel.policy.ds_config import checkpoint_layout, default_ds_config, fit_buckets, layout, zero_stage
 from flywheel.policy.export import plain_state, write_export
 from flywheel.policy.grpo import (
     clipped_pg_loss,
@@ -351,13 +351,14 @@ class GRPOTrainer:
         self.engine.save_checkpoint(str(ckpt_dir), tag=tag)
 
     def load_checkpoint(self, ckpt_dir: str | Path, tag: str) -> None:
-        files = [f.name for f in (Path(ckpt_dir) / tag).glob("*.pt")]
-        written_by_zero = any("zero_pp_rank" in f for f in files)  # stages 1-3 write per-rank files
-        if files and written_by_zero != (self.stage > 0):
-            written = "ZeRO (stage 1-3)" if written_by_zero else "ZeRO stage 0"
+        written = checkpoint_layout([f.name for f in (Path(ckpt_dir) / tag).glob("*.pt")])
+        if written is not None and written != layout(self.stage):
+            to_use = (
+                "a DeepSpeed config at stage 1 or 2" if written == "1-2" else f"trainer.zero_stage: {written}"
+            )
             raise RuntimeError(
-                f"checkpoint {tag!r} in {ckpt_dir} was written by {written}, and this trainer runs "
-                f"stage {self.stage}: set trainer.zero_stage: {3 if written_by_zero else 0} to resume it"
+                f"checkpoint {tag!r} in {ckpt_dir} was written at ZeRO stage {written}, and this trainer runs "
+                f"stage {self.stage}: resume it with {to_use}"
             )
         path, _ = self.engine.load_checkpoint(str(ckpt_dir), tag=tag)
         if path is None:

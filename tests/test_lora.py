@@ -17,11 +17,10 @@ PROMPT, GOOD, BAD = [1, 100, 200, 300], [400, 401, 402], [500, 501, 502]
 SEQS, LENS = [PROMPT + GOOD, PROMPT + BAD, [1, 2, 3, 4, 5, 6]], [4, 4, 2]
 
 
-def lora_cfg(**kw) -> TrainerConfig:
+def lora_cfg(zero_stage: int | None = None, **kw) -> TrainerConfig:
     # 1e-2: at 5e-2 Adam's first steps overshoot and whether BAD goes down depended on the
     # adapters' random init (3 of 8 seeds went the wrong way); at 1e-2 all of 6 moved by ~3 nats
     torch.manual_seed(0)  # the adapters' init, not whatever ran before in this process
-    zero_stage = kw.pop("zero_stage", None)
     return TrainerConfig(learning_rate=1e-2, lora=LoraConfig(r=4, alpha=8, **kw), zero_stage=zero_stage)
 
 

@@ -7,6 +7,7 @@ import contextlib
 
 import pytest
 import torch
+from flywheel.policy.ds_config import checkpoint_layout, layout
 from flywheel.policy.trainer import GRPOTrainer, TrainSample
 
 from flywheel.config import TrainerConfig
@@ -88,5 +89,31 @@ def test_a_checkpoint_of_the_other_stage_is_refused_with_the_setting_to_use(tiny
     trainer = _trainer(tiny_model, zero_stage=3)
     trainer.step(_batch())
     trainer.save_checkpoint(tmp_path, "v1")
-    with pytest.raises(RuntimeError, match="written by ZeRO .stage 1-3.*runs stage 0.*trainer.zero_stage: 3"):
+    with pytest.raises(RuntimeError, match="written at ZeRO stage 3.*runs stage 0.*trainer.zero_stage: 3"):
         _trainer(tiny_model, zero_stage=0).load_checkpoint(tmp_path, "v1")
+    assert checkpoint_layout([p.name for p in (tmp_path / "v1").glob("*.pt")]) == "3"
+    whole = _trainer(tiny_model, zero_stage=0)
+    whole.step(_batch())
+    whole.save_checkpoint(tmp_path, "v2")
+    assert checkpoint_layout([p.name for p in (tmp_path / "v2").glob("*.pt")]) == "0"
+    with pytest.raises(RuntimeError, match="written at ZeRO stage 0.*runs stage 3.*trainer.zero_stage: 0"):
+        _trainer(tiny_model, zero_stage=3).load_checkpoint(tmp_path, "v2")
+
+
+def test_checkpoint_layouts_from_deepspeeds_file_names():
+    """Pure naming logic (DeepSpeed's `_get_ckpt_name` and `_get_zero_ckpt_prefix`): stages 1
+    and 2 keep one model-states file and per-rank optimizer states, so a stage-3 trainer
+    cannot read them, nor they its per-rank model states."""
+    assert checkpoint_layout(["mp_rank_00_model_states.pt"]) == "0"
+    assert (
+        checkpoint_layout(["mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"])
+        == "1-2"
+    )
+    assert (
+        checkpoint_layout(["mp_rank_00_model_states.pt", "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"])
+        == "1-2"
+    )
+    assert checkpoint_layout(["zero_pp_rank_0_mp_rank_00_model_states.pt",
+                              "zero_pp_rank_0_mp_rank_00_optim_states.pt"]) == "3"  # fmt: skip
+    assert checkpoint_layout([]) is None
+    assert [layout(s) for s in (0, 1, 2, 3)] == ["0", "1-2", "1-2", "3"]
