@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from flywheel.config import FlywheelConfig, apply_overrides
@@ -94,3 +96,15 @@ def test_show_config_names_a_bad_key_instead_of_a_traceback(tmp_path):
     assert res.exit_code == 2 and "trainer.learnig_rate" in res.output and "Traceback" not in res.output
     ok = CliRunner().invoke(app, ["show-config"])
     assert ok.exit_code == 0 and "generation:" in ok.output and "sampling:" not in ok.output
+
+
+@pytest.mark.parametrize(
+    "recipe", sorted(p.name for p in (Path(__file__).parents[1] / "recipes").glob("*.yaml"))
+)
+def test_every_shipped_recipe_loads_and_shows_the_command_that_runs_it(recipe):
+    """A recipe is read only when someone runs it, often an hour in: a key renamed since it was
+    written would fail there, not here."""
+    path = Path(__file__).parents[1] / "recipes" / recipe
+    cfg = FlywheelConfig.from_yaml(path)
+    assert cfg.cycles >= 1
+    assert f"--config recipes/{recipe}" in path.read_text(), f"{recipe}: its comment shows no command"
