@@ -47,6 +47,26 @@ def test_each_line_reaches_the_pipe_as_it_happens():
     os.close(read_fd)
 
 
+def test_a_stage_whose_count_does_not_move_still_shows_it_runs():
+    """An evaluation hands vLLM every prompt in one call: its count moves only at the end, and
+    lines that waited for the count said nothing for minutes. The lines while a stage runs come
+    on their own, and stop when it ends."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(write_fd, "w") as writer:
+        lines = LineReporter(writer, every_s=0.3)
+        advance = lines.start("generate", 296)
+        time.sleep(1.5)
+        text = _read_now(read_fd)
+        assert text.count("generate: 0/296 after") >= 2, text
+        advance(296)
+        lines.finish("generate")
+        assert "generate: 296/296 in" in _read_now(read_fd)
+        time.sleep(1.5)
+        assert not select.select([read_fd], [], [], 0)[0]  # nothing after the end
+        assert lines._ticker is None  # its thread ended with the last open stage
+    os.close(read_fd)
+
+
 def test_a_line_carries_the_time_it_was_written(capsys):
     LineReporter(sys.stdout).line("sample: done in 0.1 s")
     stamp, rest = capsys.readouterr().out.split(" ", 1)

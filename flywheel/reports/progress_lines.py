@@ -5,7 +5,9 @@ rich's live bars (flywheel/reports/progress.py's RichReporter) redraw in place o
 a pipe or file rich draws nothing until the display stops, so a two-hour run showed
 nothing until its end. `LineReporter` writes one time-stamped line when a stage starts,
 one every `every_s` seconds while it runs, and one when it ends with its count and
-seconds, each flushed at once. `stage_done` reports the cycle's stages that have no
+seconds, each flushed at once. The lines while it runs come from a daemon thread, not
+from the stage's own progress: an evaluation hands vLLM all its prompts in one call, and
+its count moves only when that call returns (the 0.5B's 296 prompts: minutes of silence). `stage_done` reports the cycle's stages that have no
 progress bar (sample, archive, update, replay: flows/flywheel.py). `display_reporter`
 picks the reporter for a stream; `lines_unless_shown` gives a flow run outside the CLI
 (a Prefect worker, a notebook) lines on its stdout.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -37,6 +40,8 @@ class LineReporter(Reporter):
         self._stages: dict[str, dict] = {}
         # when each bar's end line went out (stage_done does not repeat it)
         self._ended: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._ticker: threading.Thread | None = None
 
     def line(self, text: str) -> None:
         stamp = datetime.now(timezone.utc).strftime("%H:%M:%S")
@@ -48,20 +53,45 @@ class LineReporter(Reporter):
 
     def start(self, name, total):
         state = {"t0": time.monotonic(), "last": time.monotonic(), "done": 0, "total": total}
-        self._stages[name] = state
         self.line(f"{name}: started, {total} to do")
+        with self._lock:
+            self._stages[name] = state
+            if self.every_s > 0 and self._ticker is None:
+                self._ticker = threading.Thread(target=self._tick, name="progress-lines", daemon=True)
+                self._ticker.start()
 
         def advance(n: int) -> None:
-            state["done"] += n
-            now = time.monotonic()
-            if now - state["last"] >= self.every_s:
-                state["last"] = now
-                self.line(f"{name}: {state['done']}/{state['total']} after {now - state['t0']:.0f} s")
+            with self._lock:
+                state["done"] += n
+            self._due(name, state)
 
         return advance
 
+    def _due(self, name: str, state: dict) -> None:
+        """The stage's line, when `every_s` has passed since its last one."""
+        with self._lock:
+            now = time.monotonic()
+            if now - state["last"] < self.every_s or self._stages.get(name) is not state:
+                return
+            state["last"] = now
+            self.line(f"{name}: {state['done']}/{state['total']} after {now - state['t0']:.0f} s")
+
+    def _tick(self) -> None:
+        """Lines for the open stages whose count has not moved: a daemon thread, asleep
+        between checks (at most 1 s late), that ends when no stage is open (start makes another)."""
+        while True:
+            time.sleep(min(1.0, self.every_s / 10))
+            with self._lock:
+                open_stages = list(self._stages.items())
+                if not open_stages:
+                    self._ticker = None
+                    return
+            for name, state in open_stages:
+                self._due(name, state)
+
     def finish(self, name):
-        state = self._stages.pop(name, None)
+        with self._lock:
+            state = self._stages.pop(name, None)
         if state is not None:
             self._ended[name] = time.monotonic()
             self.line(f"{name}: {state['done']}/{state['total']} in {time.monotonic() - state['t0']:.1f} s")
