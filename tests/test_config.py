@@ -105,6 +105,5 @@ def test_every_shipped_recipe_loads_and_shows_the_command_that_runs_it(recipe):
     """A recipe is read only when someone runs it, often an hour in: a key renamed since it was
     written would fail there, not here."""
     path = Path(__file__).parents[1] / "recipes" / recipe
-    cfg = FlywheelConfig.from_yaml(path)
-    assert cfg.cycles >= 1
+    FlywheelConfig.from_yaml(path)  # raises on a key the config does not have, naming file and key
     assert f"--config recipes/{recipe}" in path.read_text(), f"{recipe}: its comment shows no command"

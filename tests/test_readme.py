@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.run.shipped_models import QWEN_05
+from tests.test_model_prep_qwen import _installed
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
@@ -158,19 +161,9 @@ def test_the_long_horizon_recipe(clone_dir):
     assert "vs v0" in last and "not resolvable" not in last and "(+" in last.split("held-out")[1], last
 
 
-def _qwen05_installed() -> bool:
-    from flywheel.run.model_prep import ModelError
-    from flywheel.run.shipped_models import QWEN_05, locate_parts
-
-    try:
-        return bool(locate_parts(QWEN_05))
-    except ModelError:
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not _qwen05_installed(), reason="needs the qwen05 extra (FLYWHEEL_MODELS=qwen05 scripts/setup.sh)"
+    not _installed(QWEN_05), reason="needs the qwen05 extra (FLYWHEEL_MODELS=qwen05 scripts/setup.sh)"
 )
 def test_the_qwen05_lora_recipe(clone_dir):
     """The README's claim for the 0.5B: the recipe ends with a held-out gain on the trained

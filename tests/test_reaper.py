@@ -94,22 +94,29 @@ from flywheel import use_offline_defaults
 from flywheel.config import EngineConfig
 from flywheel.policy.engines.reaper import descendants
 from flywheel.policy.engines.vllm_engine import VLLMEngine
+from flywheel.policy.engines.vllm_server import VLLMServer
 
 if __name__ == "__main__":  # vLLM starts its engine core by spawn, which imports this file
     use_offline_defaults()
-    engine = VLLMEngine(sys.argv[1], EngineConfig(max_model_len=256), seed=0)
+    if sys.argv[2] == "engine":
+        engine = VLLMEngine(sys.argv[1], EngineConfig(max_model_len=256), seed=0)
+    else:
+        server = VLLMServer(sys.argv[1], max_model_len=256, log_path=sys.argv[3]).start()
     print("PIDS", *sorted(descendants()), flush=True)
     time.sleep(600)
 """
 
 
 @pytest.mark.slow
-def test_a_real_vllm_engine_ends_with_its_killed_run(tiny_model, tmp_path):
-    """The real engine: its core and worker processes end after the process that started
-    them is killed with SIGKILL, as the kernel's OOM killer kills a run."""
+@pytest.mark.parametrize("kind", ["engine", "server"])
+def test_a_real_vllm_engine_ends_with_its_killed_run(tiny_model, tmp_path, kind):
+    """The real engine, in-process or as a `vllm serve` the run started in its own session:
+    its processes end after the process that started them is killed with SIGKILL, as the
+    kernel's OOM killer kills a run."""
     script = tmp_path / "engine.py"
     script.write_text(ENGINE)
-    run = subprocess.Popen([sys.executable, str(script), tiny_model], stdout=subprocess.PIPE, text=True)
+    args = [sys.executable, str(script), tiny_model, kind, str(tmp_path / "server.log")]
+    run = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     line = next(ln for ln in run.stdout if ln.startswith("PIDS"))  # vLLM logs on stdout too
     procs = [psutil.Process(int(p)) for p in line.split()[1:]]
     engine = [p for p in procs if p.name().startswith("VLLM") or "VLLM" in " ".join(p.cmdline())]

@@ -8,9 +8,12 @@ started: once the process that started them is gone, it terminates them (SIGTERM
 SIGKILL after 10 s). It exits as soon as they are all gone, so an engine closed normally
 leaves nothing behind, and a restarted engine gets a watcher of its own.
 
+The in-process engine (vllm_engine.py) and a vLLM server the run starts (vllm_server.py)
+both call it once the engine is up.
+
 What it does not do: watch processes started after the call (the engine's worker starts
-inside vLLM's constructor, before it); other children of the run: Prefect's ephemeral
-server (a few hundred MB) outlives a SIGKILL too and is left to Prefect."""
+before it returns); other children of the run: Prefect's ephemeral server (a few hundred
+MB) outlives a SIGKILL too and is left to Prefect."""
 
 from __future__ import annotations
 
@@ -21,47 +24,39 @@ import sys
 import psutil
 
 WATCHER = r"""
-import sys, time
+import contextlib, sys, time
 import psutil
 
-try:
-    parent = psutil.Process(int(sys.argv[1]))
-except psutil.NoSuchProcess:  # gone before this watcher got going
-    parent = None
-targets = []
-for pid in sys.argv[2:]:
-    try:
-        targets.append(psutil.Process(int(pid)))  # its start time pins it: a reused pid is not it
-    except psutil.NoSuchProcess:
-        pass
-def alive(p):
-    try:  # a zombie is dead: only its own parent's wait removes it
-        return p is not None and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+def process(pid):
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return psutil.Process(int(pid))  # its start time pins it: a reused pid is not it
 
+def alive(p):
+    with contextlib.suppress(psutil.NoSuchProcess):  # a zombie is dead: its parent's wait removes it
+        return p is not None and p.status() != psutil.STATUS_ZOMBIE
+    return False
+
+parent, targets = process(sys.argv[1]), [p for p in map(process, sys.argv[2:]) if p]
 while alive(parent):
     targets = [p for p in targets if alive(p)]
     if not targets:
         sys.exit(0)
     time.sleep(1.0)
 for p in targets:
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         p.terminate()
-    except psutil.NoSuchProcess:
-        pass
-_, left = psutil.wait_procs(targets, timeout=10)
-for p in left:
-    try:
+for p in psutil.wait_procs(targets, timeout=10)[1]:
+    with contextlib.suppress(psutil.NoSuchProcess):
         p.kill()
-    except psutil.NoSuchProcess:
-        pass
 """
 
 
-def descendants() -> set[int]:
-    """This process's descendants now."""
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+def descendants(pid: int | None = None) -> set[int]:
+    """The descendants of `pid` (this process) now; none once it is gone."""
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
 
 
 def reap_at_death(pids: set[int]) -> subprocess.Popen | None:

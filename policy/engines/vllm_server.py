@@ -24,8 +24,9 @@ from pathlib import Path
 
 import httpx
 
-from flywheel.policy.engines.openai_server import EXTENSION
+from flywheel.policy.engines.reaper import descendants, reap_at_death
 
+from flywheel.policy.engines.openai_server import EXTENSION
 
 
 def free_port() -> int:
@@ -71,6 +72,8 @@ class VLLMServer:
         while True:
             try:
                 if httpx.get(self.url + "/health", timeout=5).status_code == 200:
+                    # its own session is out of a terminal's reach, and a SIGKILLed run cannot stop it
+                    reap_at_death({self.proc.pid} | descendants(self.proc.pid))
                     return self
             except httpx.TransportError:
                 pass
