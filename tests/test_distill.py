@@ -20,9 +20,9 @@ def tiny_teacher(tmp_path_factory) -> str:
     return build_tiny_model(tmp_path_factory.mktemp("teacher") / "tiny-teacher", seed=1)
 
 
-def fp32(teacher_dir: str, batch_tokens: int = 4096) -> Teacher:
+def fp32(teacher_dir: str, batch_tokens: int = 4096, min_shared_prompt="auto") -> Teacher:
     return Teacher(teacher_dir, DistillConfig(mode="only", teacher=teacher_dir, dtype="float32",
-                                              batch_tokens=batch_tokens, device="cpu"))  # fmt: skip
+                                              batch_tokens=batch_tokens, device="cpu"), min_shared_prompt)  # fmt: skip
 
 
 # ---- the loss term by hand ------------------------------------------------------------------
@@ -85,6 +85,22 @@ def test_teacher_scores_as_the_trainer_does_in_any_batching(tiny_model, tiny_tea
     assert bf16[1] == pytest.approx(scored[1], abs=0.1)
     other = fp32(tiny_teacher).score(prompts, completions)
     assert max(abs(a - b) for u, v in zip(other, scored) for a, b in zip(u, v)) > 1e-2
+
+
+def test_a_groups_prompt_runs_once_with_the_same_scores(tiny_model):
+    """Two groups of three samples: with sharing each prompt runs once on CPU (the count of
+    tokens the teacher ran says so), and every score is the unshared one's."""
+    prompts = [[1, 100, 200, 300, 301, 302]] * 3 + [[1, 7, 8, 9]] * 3
+    completions = [[400, 401, 402], [410], [420, 421, 422, 423], [500, 501], [510, 511, 512], [520]]
+    samples = [TrainSample(p, c, [0.0] * len(c), 0.0) for p, c in zip(prompts, completions)]
+    alone = fp32(tiny_model, min_shared_prompt=None).annotate(samples)
+    alone_lps = [s.teacher_logprobs for s in samples]
+    shared = fp32(tiny_model).annotate(samples)
+    for a, b in zip(alone_lps, [s.teacher_logprobs for s in samples]):
+        assert a == pytest.approx(b, abs=1e-5)
+    body = sum(map(len, completions))
+    assert alone["teacher_tokens"] == sum(map(len, prompts)) + body
+    assert shared["teacher_tokens"] == 6 + 4 + body
 
 
 def test_a_teacher_with_another_vocabulary_is_refused(tiny_model, tiny_teacher, tmp_path):
