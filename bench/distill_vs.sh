@@ -56,5 +56,5 @@ cmp --run-id "dv-grpo-$tag" --a current --other-run "dv-only-$tag" --b current  
 cmp --run-id "dv-grpo-$tag" --a current --other-run "dv-both-$tag" --b current  # both - GRPO
 cmp --run-id "dv-only-$tag" --a current --other-run "dv-both-$tag" --b current  # both - distillation alone
 for arm in grpo only both; do cmp --run-id "dv-$arm-$tag" --a 0 --b current; done  # each arm's own gain
-sed -i "s|$PWD/||g" "$OUT"/*.txt
+sed -i -e "s|$PWD/||g" -e "s|$HOME/|~/|g" "$OUT"/*.txt "$OUT/steps.log"
 echo "distill_vs: results in $OUT"
