@@ -28,6 +28,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+GPU_MIN_SHARED_PROMPT = 1024  # tokens; bench/share_prompt.py on an H200 (bench/README.md)
+
+
+def device_min_shared_prompt(device: str) -> int:
+    """The shortest prompt whose group runs it once, by default: every prompt on CPU, where
+    a forward is compute-bound; on a GPU only long ones, since a second forward costs more
+    than short prompts save there (bench/README.md, "A group's prompt run once in the update")."""
+    return GPU_MIN_SHARED_PROMPT if device.startswith("cuda") else 0
+
 
 @dataclass
 class MicroBatch:

@@ -9,9 +9,8 @@ logprob a float32 log-softmax (policy/logprobs.py). No generation and no key/val
 kept between calls: the teacher only reads the student's tokens. The prompts' positions
 make no logits (`logits_to_keep`), so the vocabulary-wide head runs on completions only.
 A GRPO group's k samples share their prompt: it runs once and the completions run on its
-key/value cache (policy/logprobs.py:shared_prompt_logprobs, planned as the trainer plans
-its micro-batches, policy/batching.py), on CPU always, on a GPU from the trainer's prompt
-length (GPU_MIN_SHARED_PROMPT).
+key/value cache. The forwards are the trainer's (policy/batching.py's plan, computed by
+policy/chunked.py:micro_batch_logprobs), with the trainer's default of when to share.
 
 Teacher and student must share a tokenizer: the teacher scores the student's token ids,
 which mean the same text only with the same vocabulary (`check_teacher`, at start-up).
@@ -26,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from flywheel.policy.batching import plan
-from flywheel.policy.logprobs import pad_batch, shared_prompt_logprobs, token_logprobs
+from flywheel.policy.batching import device_min_shared_prompt, plan
+from flywheel.policy.chunked import micro_batch_logprobs
 
 
 class TeacherError(ValueError):
@@ -65,17 +64,14 @@ class _Item:  # what policy/batching.py:plan reads of a sample, and where its sc
 class Teacher:
     def __init__(self, model_dir: str, cfg, min_shared_prompt: int | None | str = "auto"):
         """`cfg`: the DistillConfig (dtype, batch_tokens, device). `min_shared_prompt`: the
-        shortest prompt whose group runs it once (None: never; "auto": the trainer's rule for
-        this device, policy/trainer.py:min_shared_prompt)."""
+        shortest prompt whose group runs it once (None: never; "auto": the device's default)."""
         from transformers import AutoModelForCausalLM
-
-        from flywheel.policy.trainer import GPU_MIN_SHARED_PROMPT
 
         self.model_dir = model_dir
         self.batch_tokens = cfg.batch_tokens
         self.device = _device(cfg.device)
         if min_shared_prompt == "auto":
-            min_shared_prompt = GPU_MIN_SHARED_PROMPT if self.device.startswith("cuda") else 0
+            min_shared_prompt = device_min_shared_prompt(self.device)
         self.min_shared_prompt = min_shared_prompt
         dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
@@ -93,18 +89,12 @@ class Teacher:
         out: list[list[float]] = [[] for _ in items]
         ran = 0
         for batch in plan(items, self.batch_tokens, self.min_shared_prompt):
-            chunk = batch.samples
-            if batch.shared_prompt:  # row r, position j: completion r's token j
-                comps = [it.completion_ids for it in chunk]
-                lps = shared_prompt_logprobs(self.model, chunk[0].prompt_ids, comps, self.device)
-                starts = [0] * len(chunk)
-            else:  # row r, position t-1: token t of prompt + completion
-                ids, mask = pad_batch([it.prompt_ids + it.completion_ids for it in chunk])
-                first = min(len(it.prompt_ids) for it in chunk) - 1  # no logits for what every prompt holds
-                lps = token_logprobs(self.model, ids.to(self.device), mask.to(self.device), first)
-                starts = [len(it.prompt_ids) - 1 for it in chunk]
-            lps, ran = lps.float().cpu(), ran + batch.tokens()[0]
-            for row, (it, start) in enumerate(zip(chunk, starts)):
+            # the trainer's layout (policy/trainer.py:place_teacher): a shared-prompt row holds
+            # completion token j at position j, a packed row token t at position t-1
+            lps = micro_batch_logprobs(self.model, batch, self.device, None).float().cpu()
+            ran += batch.tokens()[0]
+            for row, it in enumerate(batch.samples):
+                start = 0 if batch.shared_prompt else len(it.prompt_ids) - 1
                 out[it.index] = lps[row, start : start + len(it.completion_ids)].tolist()
         return out, ran
 

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 from flywheel.policy import lora
-from flywheel.policy.batching import MicroBatch, plan, rank_share
+from flywheel.policy.batching import MicroBatch, device_min_shared_prompt, plan, rank_share
 from flywheel.policy.chunked import micro_batch_logprobs, set_checkpointing
 from flywheel.policy.distributed import init_distributed, max_over_ranks
 from flywheel.policy.ds_config import checkpoint_layout, default_ds_config, fit_buckets, layout, zero_stage
@@ -69,7 +69,6 @@ from flywheel.policy.grpo import (
 from flywheel.policy.logprobs import pad_batch, token_logprobs
 from flywheel.policy.memory import PeakMemory, return_freed_memory
 
-GPU_MIN_SHARED_PROMPT = 1024  # tokens; bench/share_prompt.py on an H200 (bench/README.md)
 WEIGHT_FILES = (".safetensors", ".bin", "model.safetensors.index.json")
 
 
@@ -312,15 +311,13 @@ class GRPOTrainer:
 
     def min_shared_prompt(self) -> int | None:
         """The shortest prompt whose group runs it once (None: never). `share_prompt`
-        empty: every prompt on CPU, where the step is compute-bound; on a GPU only long
-        ones, since a second forward costs more than short prompts save there (measured:
-        bench/README.md, "A group's prompt run once in the update"). Never under activation
-        checkpointing, which drops the prompt's key/value cache."""
+        empty: the device's default (policy/batching.py:device_min_shared_prompt). Never
+        under activation checkpointing, which drops the prompt's key/value cache."""
         if self.cfg.gradient_checkpointing:
             return None
         if self.cfg.share_prompt is not None:
             return 0 if self.cfg.share_prompt else None
-        return GPU_MIN_SHARED_PROMPT if self.device == "cuda" else 0
+        return device_min_shared_prompt(self.device)
 
     def _logprobs(self, model, batch: MicroBatch) -> torch.Tensor:
         """A micro-batch's logprobs under `model`, in its kind's layout (place_completions)."""

@@ -8,8 +8,8 @@ one every `every_s` seconds while it runs, and one when it ends with its count a
 seconds, each flushed at once. The lines while it runs come from a daemon thread, not
 from the stage's own progress: an evaluation hands vLLM all its prompts in one call, and
 its count moves only when that call returns (the 0.5B's 296 prompts: minutes of
-silence). `stage_done` reports the cycle's stages that have no
-progress bar (sample, archive, update, replay: flows/flywheel.py). `display_reporter`
+silence). `stage_done` reports the cycle's stages that have no progress bar (sample,
+archive, update, replay: flows/flywheel.py). `display_reporter`
 picks the reporter for a stream; `lines_unless_shown` gives a flow run outside the CLI
 (a Prefect worker, a notebook) lines on its stdout.
 

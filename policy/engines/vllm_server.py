@@ -24,9 +24,8 @@ from pathlib import Path
 
 import httpx
 
-from flywheel.policy.engines.reaper import descendants, reap_at_death
-
 from flywheel.policy.engines.openai_server import EXTENSION
+from flywheel.policy.engines.reaper import descendants, reap_at_death
 
 
 def free_port() -> int:
